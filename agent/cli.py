@@ -1,0 +1,234 @@
+"""Command line (contract in DESIGN.md). Heavy modules load inside commands,
+so `nodewarden --version` and simple commands start fast."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from agent import __version__
+from agent.errors import EXIT_CANNOT_RUN, EXIT_USAGE, NodewardenError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class State:
+    verbose: int = 0
+    log_format: str = "text"
+
+
+def source_options(func: F) -> F:
+    """--simulate / --snapshot / --config, shared by every command that reads a node."""
+    options = [
+        click.option("--simulate", metavar="NAME", help="Replay a simulated node shipped with nodewarden."),
+        click.option("--snapshot", type=click.Path(path_type=Path), metavar="DIR",
+                     help="Replay a recorded snapshot directory."),
+        click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
+                     help="Config file (default /etc/nodewarden/config.yaml if present)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="nodewarden")
+@click.option("-v", "--verbose", count=True, help="More output; -v lists passes, -vv logs debug.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, log_format: str) -> None:
+    """Keep GPU servers tuned and healthy: audit, remediate, watch."""
+    state = ctx.ensure_object(State)
+    state.verbose, state.log_format = verbose, log_format
+    from agent.log import setup_logging
+
+    setup_logging(verbose, log_format)
+
+
+def _config(config_path: Path | None) -> Any:
+    from agent.config import load_config
+
+    return load_config(config_path)
+
+
+@cli.command()
+@source_options
+@click.option("--profile", metavar="NAME|auto", help="Profile to judge by (default: match automatically).")
+@click.option("--only", multiple=True, metavar="GLOB", help="Run only checks whose id matches (repeatable).")
+@click.option("--skip", multiple=True, metavar="GLOB", help="Skip checks whose id matches (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "prom"]),
+              help="Output format (default: table on a terminal, json otherwise).")
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Write the report to FILE atomically instead of stdout.")
+@click.pass_obj
+def audit(state: State, simulate: str | None, snapshot: Path | None, config_path: Path | None,
+          profile: str | None, only: tuple[str, ...], skip: tuple[str, ...], fmt: str | None,
+          output: Path | None) -> None:
+    """Audit a node against its profile. Exit 0 no fail, 1 fail, 2 bad input, 3 could not run."""
+    from agent.engine import AuditRequest, run_audit
+    from agent.report import render, write_atomic
+
+    request = AuditRequest(config=_config(config_path), simulate=simulate, snapshot=snapshot,
+                           profile=profile, only=only, skip=skip)
+    report = run_audit(request)
+    tty = output is None and sys.stdout.isatty()
+    fmt = fmt or ("table" if tty else "json")
+    text = render(report, fmt, verbose=state.verbose > 0, color=tty)
+    if output is not None:
+        write_atomic(output, text)
+    else:
+        click.echo(text, nl=False)
+    sys.exit(report.exit_code)
+
+
+@cli.group()
+def profiles() -> None:
+    """List, show, validate and match tuning profiles."""
+
+
+@profiles.command("list")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE")
+def profiles_list(config_path: Path | None) -> None:
+    """Profiles on the search path (site folders first)."""
+    from agent.profiles import ProfileStore, available
+
+    config = _config(config_path)
+    store = ProfileStore(config.profile_dirs)
+    paths = available(store.dirs)
+    for name in store.names():
+        data = store.file(name).data
+        kind = "abstract" if data.get("abstract") else "fallback" if name == "generic-nvidia" else "model"
+        click.echo(f"{name:<18} {kind:<9} {data['description']}  [{paths[name]}]")
+
+
+@profiles.command("show")
+@click.argument("name")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE")
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def profiles_show(name: str, config_path: Path | None, fmt: str) -> None:
+    """The merged profile NAME, with the files it comes from."""
+    import json
+
+    import yaml
+
+    from agent.profiles import ProfileStore
+
+    config = _config(config_path)
+    profile = ProfileStore(config.profile_dirs, config.overrides_file).profile(name)
+    doc = {"name": profile.name, "description": profile.description, "files": list(profile.chain),
+           "match": profile.match.__dict__ if profile.match else None, "expect": profile.expect}
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2, default=list))
+    else:
+        if doc["match"]:
+            doc["match"] = {k: list(v) if isinstance(v, tuple) else v for k, v in doc["match"].items() if v}
+        click.echo(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), nl=False)
+
+
+@profiles.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+def profiles_validate(files: tuple[Path, ...]) -> None:
+    """Validate profile FILEs (schema, extends chain, comparators)."""
+    from agent.profiles import ProfileStore
+
+    failed = 0
+    for path in files:
+        try:
+            store = ProfileStore([path.parent])
+            if path.stem not in store.names() or store.dirs[0] != path.parent:
+                store.dirs.insert(0, path.parent)
+            store.file(path.stem)
+            store.profile(path.stem, with_overrides=False)
+            click.echo(f"{path}: ok")
+        except NodewardenError as exc:
+            failed += 1
+            click.echo(f"{exc}", err=True)
+    if failed:
+        sys.exit(EXIT_USAGE)
+
+
+@profiles.command("match")
+@source_options
+def profiles_match(simulate: str | None, snapshot: Path | None, config_path: Path | None) -> None:
+    """Show which profile a node matches, and on what."""
+    from agent.engine import AuditRequest, open_node
+    from agent.matching import identify, select
+    from agent.profiles import ProfileStore
+    from agent.sources.host import read_host_facts
+
+    config = _config(config_path)
+    node = open_node(AuditRequest(config=config, simulate=simulate, snapshot=snapshot))
+    identity = identify(read_host_facts(node.fs))
+    selection = select(identity, ProfileStore(config.profile_dirs, config.overrides_file))
+    click.echo(f"hardware: {identity.describe()}")
+    click.echo(f"profile:  {selection.profile.name} ({selection.how})")
+    if selection.matched_on:
+        click.echo(f"matched:  {', '.join(selection.matched_on)}")
+    if selection.also_matched:
+        click.echo(f"also:     {', '.join(selection.also_matched)}")
+
+
+@cli.group()
+def snapshot() -> None:
+    """Record a node for offline audits and bug reports."""
+
+
+@snapshot.command("capture")
+@source_options
+@click.option("--out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="New directory to write (must not exist or be empty).")
+def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: Path | None,
+                     out: Path) -> None:
+    """Capture this node (or copy a simulated/recorded one) into DIR."""
+    from agent.engine import AuditRequest, open_node
+    from agent.profiles import ProfileStore
+    from agent.snapshot import capture_live, copy_snapshot
+
+    config = _config(config_path)
+    node = open_node(AuditRequest(config=config, simulate=simulate, snapshot=snapshot))
+    if node.snapshot is not None:
+        captured = copy_snapshot(node.snapshot, out)
+    else:
+        store = ProfileStore(config.profile_dirs, config.overrides_file)
+        keys = sorted({k for name in store.names() for k in store.profile(name).sysctl_keys})
+        captured = capture_live(out, keys)
+    click.echo(f"captured {', '.join(captured)} into {out}")
+
+
+def _handle(func: Callable[[], Any]) -> int:
+    verbose = "-v" in sys.argv or "--verbose" in sys.argv or any(
+        a.startswith("-v") and set(a[1:]) == {"v"} for a in sys.argv[1:])
+    try:
+        func()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except NodewardenError as exc:
+        if verbose:
+            traceback.print_exc()
+        click.echo(f"nodewarden: error: {exc}", err=True)
+        return exc.exit_code
+    except Exception as exc:  # the last resort: exit 3, never a bare traceback
+        if verbose:
+            traceback.print_exc()
+        click.echo(f"nodewarden: internal error: {type(exc).__name__}: {exc} (run with -v for details)",
+                   err=True)
+        return EXIT_CANNOT_RUN
+    return 0
+
+
+def main() -> None:
+    sys.exit(_handle(functools.partial(cli.main, standalone_mode=False, prog_name="nodewarden")))

@@ -1,0 +1,236 @@
+"""The audit: sources -> facts -> checks(profile) -> findings -> report.
+
+Data flows one way. The engine opens the node (live, snapshot or simulated),
+reads each source with its status timed, picks the profile, runs the checks
+and applies waivers. It never formats output; `agent.report` does that.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agent import __version__
+from agent.config import Config
+from agent.errors import AuditError, NodewardenError
+from agent.facts import HostFacts, KmsgRecord, NodeFacts, ProfileMatch
+from agent.matching import identify, select
+from agent.model import Finding, SourceStatus, Status, Unknown
+from agent.profiles import ProfileStore
+from agent.snapshot import Snapshot, open_snapshot, simulated_path
+from agent.sources.fsroot import FsRoot, LiveFs
+from agent.sources.host import read_host_facts, read_sysctls
+from agent.sources.kmsg import read_live_kmsg, read_recorded_kmsg
+from agent.waivers import apply_waivers, load_waivers
+from checks import Check, all_checks, run_checks
+
+T = TypeVar("T")
+REPORT_SCHEMA = "nodewarden.report/v1"
+# Checks about the audit itself: kept under --only unless skipped by name.
+ALWAYS_CHECKS = ("profile.match", "source.available")
+
+
+@dataclass
+class AuditRequest:
+    config: Config
+    simulate: str | None = None
+    snapshot: Path | None = None
+    profile: str | None = None  # None: from config; "auto": match
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    today: dt.date | None = None
+
+
+@dataclass
+class NodeSource:
+    """Where facts come from: the live machine or a recorded snapshot."""
+
+    mode: str  # live | snapshot | simulated
+    fs: FsRoot
+    snapshot: Snapshot | None = None
+
+    @property
+    def recorded(self) -> bool:
+        return self.snapshot is not None
+
+    def read_kmsg(self) -> tuple[KmsgRecord, ...] | Unknown:
+        if self.snapshot is None:
+            records, _raw = read_live_kmsg()
+            return records
+        return read_recorded_kmsg(self.snapshot.kmsg_path)
+
+    def captured(self, source: str) -> bool:
+        return self.snapshot is None or self.snapshot.has(source)
+
+
+def open_node(request: AuditRequest) -> NodeSource:
+    if request.simulate and request.snapshot:
+        raise NodewardenError("--simulate and --snapshot are mutually exclusive")
+    if request.simulate:
+        snap = open_snapshot(simulated_path(request.simulate))
+        return NodeSource("simulated", snap.fs(), snap)
+    if request.snapshot:
+        snap = open_snapshot(request.snapshot)
+        return NodeSource("snapshot", snap.fs(), snap)
+    return NodeSource("live", LiveFs("/"))
+
+
+def _timed(name: str, func: Callable[[], T]) -> tuple[T, SourceStatus]:
+    start = time.monotonic()
+    value = func()
+    return value, SourceStatus(name, ok=True, duration_s=time.monotonic() - start)
+
+
+@dataclass
+class Report:
+    node: dict[str, Any]
+    profile: str
+    profile_chain: tuple[str, ...]
+    started_at: str
+    duration_s: float
+    sources: dict[str, SourceStatus]
+    findings: list[Finding]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, int]:
+        counts = {s: 0 for s in ("pass", "warn", "fail", "unknown", "skip", "waived", "fixed")}
+        for finding in self.findings:
+            counts["waived" if finding.waiver else finding.status.value] += 1
+        return counts
+
+    @property
+    def exit_code(self) -> int:
+        failed = any(f.status is Status.FAIL and f.waiver is None for f in self.findings)
+        return 1 if failed else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": REPORT_SCHEMA,
+            "nodewarden_version": __version__,
+            "node": self.node,
+            "profile": self.profile,
+            "profile_chain": list(self.profile_chain),
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 6),
+            "sources": {name: status.to_json() for name, status in sorted(self.sources.items())},
+            "findings": [f.to_json() for f in self.findings],
+            "summary": self.summary(),
+            **self.extra,
+        }
+
+
+def select_checks(checks: Iterable[Check], only: Iterable[str], skip: Iterable[str]) -> list[Check]:
+    only, skip = list(only), list(skip)
+    selected = []
+    for check in checks:
+        if any(fnmatch.fnmatchcase(check.id, g) for g in skip):
+            continue
+        if only and check.id not in ALWAYS_CHECKS and not any(fnmatch.fnmatchcase(check.id, g) for g in only):
+            continue
+        selected.append(check)
+    return selected
+
+
+def _read_host(node: NodeSource) -> tuple[HostFacts, SourceStatus]:
+    try:
+        return _timed("host", lambda: read_host_facts(node.fs))
+    except NodewardenError:
+        raise
+    except OSError as exc:  # the parsers catch per-file errors; this is the root itself
+        raise AuditError(f"cannot read the host ({node.fs.description}): {exc}") from exc
+
+
+def _node_info(host: HostFacts, node: NodeSource) -> dict[str, Any]:
+    gpus = host.nvidia_gpus
+    dmi = host.dmi
+
+    def known(value: Any) -> Any:
+        return None if isinstance(value, Unknown) else value
+
+    hostname = known(host.hostname) or (socket.gethostname() if node.mode == "live" else None)
+    vendor, product = known(dmi.get("sys_vendor")), known(dmi.get("product_name"))
+    info: dict[str, Any] = {
+        "hostname": hostname,
+        "model": " ".join(x for x in (vendor, product) if x) or None,
+        "bios_version": known(dmi.get("bios_version")),
+        "kernel": known(host.kernel_release),
+        "nvidia_driver": known(host.nvidia_driver),
+        "gpus": {
+            "pci_count": None if isinstance(gpus, Unknown) else len(gpus),
+            "pci_ids": None if isinstance(gpus, Unknown) else sorted({g.pci_id for g in gpus}),
+        },
+        "mode": node.mode,
+    }
+    if node.snapshot is not None:
+        info["snapshot"] = {"path": str(node.snapshot.path),
+                            "captured_at": node.snapshot.meta.get("captured_at")}
+    return info
+
+
+def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Report:
+    started = dt.datetime.now(dt.timezone.utc)
+    t0 = time.monotonic()
+    config = request.config
+    node = open_node(request)
+    sources: dict[str, SourceStatus] = {}
+
+    if not node.captured("host"):
+        raise AuditError("the snapshot holds no host data (meta.yaml `captured` lacks host)")
+    host, sources["host"] = _read_host(node)
+
+    store = store or ProfileStore(config.profile_dirs, config.overrides_file)
+    identity = identify(host)
+    forced = request.profile if request.profile not in (None, "auto") else (
+        config.profile if request.profile is None and config.profile != "auto" else None)
+    selection = select(identity, store, forced)
+    profile = selection.profile
+    missing = [k for k in profile.sysctl_keys if k not in host.sysctl]
+    host.sysctl.update(read_sysctls(node.fs, missing))
+
+    kmsg: tuple[KmsgRecord, ...] | Unknown
+    if node.captured("kmsg"):
+        kmsg, sources["kmsg"] = _timed("kmsg", node.read_kmsg)
+        if isinstance(kmsg, Unknown):
+            sources["kmsg"].ok, sources["kmsg"].error = False, kmsg.reason
+    else:
+        kmsg = Unknown("the snapshot holds no kernel log")
+        sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
+
+    sources["nvml"] = _nvml_status(node)
+    for bmc in ("redfish", "ipmi"):
+        sources[bmc] = SourceStatus(bmc, ok=False, configured=False,
+                                    error=f"not configured (--{'bmc' if bmc == 'redfish' else 'ipmi'})")
+
+    facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, profile_match=ProfileMatch(
+        profile=profile.name, how=selection.how, identity=identity.describe(),
+        matched_on=selection.matched_on, also_matched=selection.also_matched,
+        problems=identity.problems,
+    ))
+    checks = select_checks(all_checks(), request.only, request.skip)
+    findings = run_checks(checks, facts, profile)
+    if config.waivers_file is not None:
+        findings = apply_waivers(findings, load_waivers(config.waivers_file),
+                                 request.today or dt.date.today())
+    return Report(
+        node=_node_info(host, node),
+        profile=profile.name,
+        profile_chain=profile.chain,
+        started_at=started.isoformat(timespec="seconds"),
+        duration_s=time.monotonic() - t0,
+        sources=sources,
+        findings=findings,
+    )
+
+
+def _nvml_status(node: NodeSource) -> SourceStatus:
+    if node.recorded:
+        return SourceStatus("nvml", ok=False, configured=False, error="not in snapshot")
+    from agent.sources.nvml import probe_live_nvml  # pynvml only for live GPU reads
+
+    return probe_live_nvml()

@@ -1,0 +1,160 @@
+"""Expectations: a comparator set plus severity and reason, from a profile.
+
+An expectation may combine comparators (`min` and `max`, `version_min` and
+`one_of` for a pinned allow-list); all must hold. Comparators are chosen so a
+tuned OS that already holds a *better* value passes (`min` not `equals` for
+buffer sizes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agent.model import Severity, Status
+
+COMPARATORS = ("equals", "one_of", "min", "max", "range", "version_min", "version_max")
+
+
+def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Order dotted vendor versions: '96.00.74.00.01', '535.129.03', '2.3.5'.
+
+    Numeric parts compare as numbers (leading zeros ignored); other parts
+    compare as text and sort after numbers, so '1.2a' > '1.2'.
+    """
+    parts = re.split(r"[.\-_]", str(text).strip())
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p != "")  # type: ignore[misc]
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip(), 0)
+        except ValueError:
+            try:
+                return float(value.strip())
+            except ValueError:
+                return None
+    return None
+
+
+def _numbers(value: Any) -> list[float] | None:
+    """A value as a list of numbers: '4096 87380 6291456' -> three numbers."""
+    if isinstance(value, list):
+        nums = [_as_number(v) for v in value]
+    elif isinstance(value, str) and len(value.split()) > 1:
+        nums = [_as_number(v) for v in value.split()]
+    else:
+        nums = [_as_number(value)]
+    return None if any(n is None for n in nums) else nums  # type: ignore[return-value]
+
+
+def _same(observed: Any, expected: Any) -> bool:
+    if isinstance(expected, bool) or isinstance(observed, bool):
+        return observed == expected
+    obs_n, exp_n = _numbers(observed), _numbers(expected)
+    if obs_n is not None and exp_n is not None:
+        return obs_n == exp_n
+    return " ".join(str(observed).split()) == " ".join(str(expected).split())
+
+
+def _at_least(observed: Any, bound: Any) -> bool | None:
+    obs, lim = _numbers(observed), _numbers(bound)
+    if obs is None or lim is None or len(obs) != len(lim):
+        return None
+    return all(o >= b for o, b in zip(obs, lim, strict=True))
+
+
+def _at_most(observed: Any, bound: Any) -> bool | None:
+    obs, lim = _numbers(observed), _numbers(bound)
+    if obs is None or lim is None or len(obs) != len(lim):
+        return None
+    return all(o <= b for o, b in zip(obs, lim, strict=True))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    detail: str  # the comparison that failed, or why it could not be made
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One compiled expectation from a profile."""
+
+    comparators: tuple[tuple[str, Any], ...]
+    severity: Severity
+    reason: str
+    options: tuple[tuple[str, Any], ...] = ()  # check-specific settings
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Expectation:
+        comparators = tuple((k, data[k]) for k in COMPARATORS if k in data)
+        options = tuple(sorted(
+            (k, v) for k, v in data.items() if k not in COMPARATORS and k not in ("severity", "reason")
+        ))
+        return cls(comparators, Severity(data["severity"]), str(data["reason"]), options)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
+
+    @property
+    def expected(self) -> Any:
+        """What the report shows under `expected`."""
+        if len(self.comparators) == 1:
+            op, value = self.comparators[0]
+            return value if op == "equals" else {op: value}
+        return dict(self.comparators)
+
+    def describe(self) -> str:
+        parts = []
+        for op, value in self.comparators:
+            if op == "equals":
+                parts.append(f"= {value}")
+            elif op == "one_of":
+                parts.append("one of " + ", ".join(str(v) for v in value))
+            elif op in ("min", "version_min"):
+                parts.append(f">= {value}")
+            elif op in ("max", "version_max"):
+                parts.append(f"<= {value}")
+            elif op == "range":
+                parts.append(f"in [{value[0]}, {value[1]}]")
+        return " and ".join(parts) or "(no comparison)"
+
+    def evaluate(self, observed: Any) -> Verdict:
+        for op, value in self.comparators:
+            ok = _compare(op, observed, value)
+            if ok is None:
+                return Verdict(False, f"cannot compare {observed!r} with {op} {value!r}")
+            if not ok:
+                return Verdict(False, f"{observed} is not {self.describe()}")
+        return Verdict(True, f"{observed} is {self.describe()}")
+
+    def status_on_mismatch(self) -> Status:
+        # An informational expectation never fails the audit; it warns.
+        return Status.WARN if self.severity is Severity.INFO else Status.FAIL
+
+
+def _compare(op: str, observed: Any, value: Any) -> bool | None:
+    if op == "equals":
+        return _same(observed, value)
+    if op == "one_of":
+        return any(_same(observed, v) for v in value)
+    if op == "min":
+        return _at_least(observed, value)
+    if op == "max":
+        return _at_most(observed, value)
+    if op == "range":
+        low, high = _at_least(observed, value[0]), _at_most(observed, value[1])
+        return None if low is None or high is None else low and high
+    if op == "version_min":
+        return version_key(str(observed)) >= version_key(str(value))
+    if op == "version_max":
+        return version_key(str(observed)) <= version_key(str(value))
+    raise ValueError(f"unknown comparator {op}")

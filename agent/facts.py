@@ -1,0 +1,204 @@
+"""Typed facts about one node. Plain values: checks never do I/O.
+
+A fact that could not be read is an `Unknown` carrying the reason, so a check
+can turn it into an `unknown` finding that says why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from agent.model import SourceStatus, Unknown
+
+T = TypeVar("T")
+Maybe = T | Unknown  # noqa: UP040 - the alias must work on Python 3.10 too
+
+PCI_VENDOR_NVIDIA = 0x10DE
+PCI_VENDOR_MELLANOX = 0x15B3
+_PCI_CLASS_DISPLAY_VGA = 0x0300
+_PCI_CLASS_DISPLAY_3D = 0x0302
+_PCI_CLASS_BRIDGE_OTHER = 0x0680
+_PCI_CLASS_NETWORK = 0x02
+
+PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    """One PCI function as sysfs describes it."""
+
+    address: str
+    vendor: int
+    device: int
+    class_code: int  # 24 bits: base class, subclass, programming interface
+    subsystem_vendor: int | None = None
+    subsystem_device: int | None = None
+    numa_node: int | None = None  # None where the firmware reports -1
+    current_link_speed: str | None = None  # kernel text, e.g. "32.0 GT/s PCIe"
+    current_link_width: int | None = None
+    max_link_speed: str | None = None
+    max_link_width: int | None = None
+    driver: str | None = None
+    parent: str | None = None  # upstream bridge's address; None on a root bus
+
+    @property
+    def pci_id(self) -> str:
+        return f"{self.vendor:04x}:{self.device:04x}"
+
+    @property
+    def subclass(self) -> int:
+        return self.class_code >> 8
+
+    @property
+    def is_nvidia_gpu(self) -> bool:
+        return self.vendor == PCI_VENDOR_NVIDIA and self.subclass in (
+            _PCI_CLASS_DISPLAY_VGA,
+            _PCI_CLASS_DISPLAY_3D,
+        )
+
+    @property
+    def is_nvswitch(self) -> bool:
+        return self.vendor == PCI_VENDOR_NVIDIA and self.subclass == _PCI_CLASS_BRIDGE_OTHER
+
+    @property
+    def is_network(self) -> bool:
+        return (self.class_code >> 16) == _PCI_CLASS_NETWORK
+
+
+@dataclass(frozen=True)
+class NetInterface:
+    """A network interface from /sys/class/net."""
+
+    name: str
+    mtu: Maybe[int]
+    operstate: Maybe[str]
+    speed_mbps: int | None = None  # None: link down or speed not reported
+    arp_type: int | None = None  # ARPHRD_*: 1 Ethernet, 32 InfiniBand, 772 loopback
+    driver: str | None = None
+    pci_address: str | None = None  # None for virtual interfaces
+    bond_master: str | None = None
+    is_bond: bool = False
+    rdma_device: str | None = None  # e.g. mlx5_0 when the port is RDMA capable
+    link_layer: str | None = None  # "Ethernet" (RoCE) or "InfiniBand" for RDMA ports
+
+    @property
+    def is_virtual(self) -> bool:
+        return self.pci_address is None
+
+
+@dataclass(frozen=True)
+class IdleState:
+    """One cpuidle state and on how many online CPUs it is disabled."""
+
+    index: int
+    name: str
+    latency_us: int
+    disabled_cpus: int
+    total_cpus: int
+
+    @property
+    def enabled_anywhere(self) -> bool:
+        return self.disabled_cpus < self.total_cpus
+
+
+@dataclass(frozen=True)
+class CpuFacts:
+    online: Maybe[tuple[int, ...]]
+    governors: Maybe[dict[str, tuple[int, ...]]]  # governor -> CPUs using it
+    scaling_driver: Maybe[str]
+    idle_driver: Maybe[str]
+    idle_states: Maybe[tuple[IdleState, ...]]
+
+
+@dataclass(frozen=True)
+class KmsgRecord:
+    """One kernel log record (from /dev/kmsg, kmsg.txt or a dmesg dump)."""
+
+    message: str
+    priority: int | None = None
+    seq: int | None = None
+    ts_usec: int | None = None
+
+
+@dataclass
+class HostFacts:
+    hostname: Maybe[str]
+    kernel_release: Maybe[str]
+    sysctl: dict[str, Maybe[str]]
+    thp_enabled: Maybe[str]
+    thp_defrag: Maybe[str]
+    numa_nodes: Maybe[tuple[int, ...]]
+    cmdline: Maybe[str]
+    dmi: dict[str, Maybe[str]]
+    secure_boot: Maybe[str]  # enabled | disabled | unsupported
+    nvidia_driver: Maybe[str]
+    pci: Maybe[tuple[PciFunction, ...]]
+    modules: Maybe[dict[str, str]]  # name -> state (Live, Loading, Unloading)
+    interfaces: Maybe[tuple[NetInterface, ...]]
+    cpu: CpuFacts
+
+    @property
+    def kernel_params(self) -> Maybe[dict[str, str | None]]:
+        if isinstance(self.cmdline, Unknown):
+            return self.cmdline
+        return parse_kernel_cmdline(self.cmdline)
+
+    @property
+    def nvidia_gpus(self) -> Maybe[tuple[PciFunction, ...]]:
+        if isinstance(self.pci, Unknown):
+            return self.pci
+        return tuple(f for f in self.pci if f.is_nvidia_gpu)
+
+
+@dataclass(frozen=True)
+class ProfileMatch:
+    """How the profile for this node was chosen (input of profile.match)."""
+
+    profile: str
+    how: str  # auto | forced | fallback
+    identity: str  # human description of the hardware that was matched
+    matched_on: tuple[str, ...] = ()
+    also_matched: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+@dataclass
+class NodeFacts:
+    """Everything known about one node, from all sources."""
+
+    host: HostFacts
+    kmsg: Maybe[tuple[KmsgRecord, ...]]
+    sources: dict[str, SourceStatus] = field(default_factory=dict)
+    profile_match: ProfileMatch | None = None
+
+
+def parse_kernel_cmdline(cmdline: str) -> dict[str, str | None]:
+    """Kernel parameters before `--` (what follows goes to init). Last one wins."""
+    params: dict[str, str | None] = {}
+    for token in _split_cmdline(cmdline):
+        if token == "--":
+            break
+        key, sep, value = token.partition("=")
+        params[key] = value if sep else None
+    return params
+
+
+def _split_cmdline(cmdline: str) -> list[str]:
+    # The kernel honours double quotes around values with spaces; nothing else.
+    tokens: list[str] = []
+    current: list[str] = []
+    quoted = False
+    for ch in cmdline.strip():
+        if ch == '"':
+            quoted = not quoted
+        elif ch.isspace() and not quoted:
+            if current:
+                tokens.append("".join(current))
+                current = []
+        else:
+            current.append(ch)
+    if current:
+        tokens.append("".join(current))
+    return tokens

@@ -1,0 +1,103 @@
+"""Pick the profile for a node from exact identifiers, never substrings.
+
+A rule for H200 (10de:2335) must not catch GH200 (10de:2342/2348): matching
+compares PCI IDs, counts and DMI strings for equality only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.errors import ProfileError
+from agent.facts import HostFacts
+from agent.model import Unknown
+from agent.profiles import FALLBACK_PROFILE, MatchRule, Profile, ProfileStore
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The facts profiles are matched on."""
+
+    gpu_pci_ids: tuple[str, ...]
+    gpu_count: int | None
+    dmi: Mapping[str, str]
+    problems: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        ids = ", ".join(sorted(set(self.gpu_pci_ids))) or "none"
+        model = " ".join(x for x in (self.dmi.get("sys_vendor"), self.dmi.get("product_name")) if x)
+        count = self.gpu_count if self.gpu_count is not None else "?"
+        return f"{count} NVIDIA GPU(s) [{ids}] in {model or 'an unidentified system (no DMI)'}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu_pci_ids": sorted(set(self.gpu_pci_ids)), "gpu_count": self.gpu_count,
+                "dmi": dict(self.dmi)}
+
+
+@dataclass(frozen=True)
+class Selection:
+    profile: Profile
+    how: str  # auto | forced | fallback
+    identity: Identity
+    matched_on: tuple[str, ...] = ()
+    also_matched: tuple[str, ...] = field(default_factory=tuple)
+
+
+def identify(host: HostFacts) -> Identity:
+    problems: list[str] = []
+    gpus = host.nvidia_gpus
+    if isinstance(gpus, Unknown):
+        problems.append(gpus.reason)
+        ids: tuple[str, ...] = ()
+        count: int | None = None
+    else:
+        ids = tuple(g.pci_id for g in gpus)
+        count = len(gpus)
+    dmi = {k: v for k, v in host.dmi.items() if isinstance(v, str)}
+    problems += [v.reason for v in host.dmi.values() if isinstance(v, Unknown)][:1]
+    return Identity(ids, count, dmi, tuple(problems))
+
+
+def rule_matches(rule: MatchRule, identity: Identity) -> tuple[str, ...] | None:
+    """The criteria that matched, or None if any criterion fails."""
+    matched: list[str] = []
+    if rule.gpu_pci_ids:
+        present = set(identity.gpu_pci_ids)
+        if not present or not present <= set(rule.gpu_pci_ids):
+            return None
+        matched.append("gpu_pci_ids=" + ",".join(sorted(present)))
+    if rule.gpu_count:
+        if identity.gpu_count not in rule.gpu_count:
+            return None
+        matched.append(f"gpu_count={identity.gpu_count}")
+    for key, allowed in rule.dmi:
+        value = identity.dmi.get(key)
+        if value is None or value not in allowed:
+            return None
+        matched.append(f"dmi.{key}={value}")
+    return tuple(matched) if matched else None
+
+
+def select(identity: Identity, store: ProfileStore, forced: str | None = None) -> Selection:
+    if forced is not None:
+        if store.file(forced).data.get("abstract"):
+            raise ProfileError(f"profile {forced!r} is abstract (a base for others); pick a concrete one")
+        return Selection(store.profile(forced), "forced", identity)
+    candidates: list[tuple[int, str, tuple[str, ...]]] = []
+    for name, rule in store.match_rules().items():
+        if rule is None:
+            continue
+        matched = rule_matches(rule, identity)
+        if matched is not None:
+            candidates.append((rule.criteria, name, matched))
+    if not candidates:
+        if FALLBACK_PROFILE not in store.names():
+            raise ProfileError(f"no profile matches and the fallback {FALLBACK_PROFILE!r} is missing")
+        return Selection(store.profile(FALLBACK_PROFILE), "fallback", identity)
+    # Most specific rule wins; ties go by name so the choice is stable.
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    best = candidates[0]
+    tied = tuple(c[1] for c in candidates[1:] if c[0] == best[0])
+    return Selection(store.profile(best[1]), "auto", identity, best[2], tied)

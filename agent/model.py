@@ -1,0 +1,110 @@
+"""Plain value types shared by sources, checks and reports."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+    SKIP = "skip"
+    FIXED = "fixed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A fact that could not be read, with the reason an operator can act on."""
+
+    reason: str
+
+
+def is_known(value: object) -> bool:
+    return not isinstance(value, Unknown)
+
+
+@dataclass(frozen=True)
+class Waiver:
+    check: str
+    subject: str
+    reason: str
+    expires: str  # ISO date, inclusive
+    file: str | None = None
+    line: int | None = None
+
+    def to_json(self) -> dict[str, str]:
+        return {"reason": self.reason, "expires": self.expires}
+
+
+@dataclass
+class Finding:
+    """One evaluated expectation: what, where, expected, observed and why."""
+
+    check: str
+    subject: str
+    status: Status
+    severity: Severity
+    message: str
+    source: str
+    observed: Any = None
+    expected: Any = None
+    reason: str | None = None
+    remediation: str | None = None
+    action: str | None = None
+    waiver: Waiver | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "subject": self.subject,
+            "status": self.status.value,
+            "severity": self.severity.value,
+            "observed": self.observed,
+            "expected": self.expected,
+            "message": self.message,
+            "reason": self.reason,
+            "remediation": self.remediation,
+            "action": self.action,
+            "source": self.source,
+            "waiver": self.waiver.to_json() if self.waiver else None,
+        }
+
+
+@dataclass
+class SourceStatus:
+    """How reading one source went. `configured` False means not asked for."""
+
+    name: str
+    ok: bool
+    error: str | None = None
+    duration_s: float = 0.0
+    configured: bool = True
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "ok": self.ok,
+            "error": self.error,
+            "duration_s": round(self.duration_s, 6),
+            "configured": self.configured,
+        }
+        out.update(self.detail)
+        return out

@@ -1,0 +1,335 @@
+"""Tuning profiles: locate -> load -> resolve `extends` -> merge -> compile.
+
+Each step is small and separately testable (as in Red Hat tuned). Every
+error names the file and line it comes from.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from agent.errors import ProfileError
+from agent.expect import COMPARATORS, Expectation
+from agent.schema import Validator, validate_document
+from agent.yamlfile import LineMap, PathKey, load_yaml_file
+
+FALLBACK_PROFILE = "generic-nvidia"
+SITE_PROFILE_DIR = Path("/etc/nodewarden/profiles")
+
+
+def data_dir(name: str) -> Path:
+    """A data folder shipped with the package (wheel) or in the source tree."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_data" / name, here.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise ProfileError(f"the installation has no {name}/ folder (looked beside {here})")
+
+
+def shipped_profile_dir() -> Path:
+    return data_dir("profiles")
+
+
+@lru_cache(maxsize=1)
+def profile_validator() -> Validator:
+    path = shipped_profile_dir() / "schema.json"
+    try:
+        return Validator(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise ProfileError(f"broken profile schema: {exc}", path=str(path)) from None
+
+
+@dataclass(frozen=True)
+class ProfileFile:
+    """One profile file as loaded and validated, before inheritance."""
+
+    name: str
+    path: Path
+    data: dict[str, Any]
+    lines: LineMap
+
+    @property
+    def extends(self) -> str | None:
+        value = self.data.get("extends")
+        return str(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class MatchRule:
+    gpu_pci_ids: tuple[str, ...] = ()
+    gpu_count: tuple[int, ...] = ()
+    dmi: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def criteria(self) -> int:
+        return (1 if self.gpu_pci_ids else 0) + (1 if self.gpu_count else 0) + len(self.dmi)
+
+
+@dataclass
+class Profile:
+    """A merged, validated and compiled profile."""
+
+    name: str
+    description: str
+    chain: tuple[str, ...]  # files from the root ancestor to this profile (+ overrides)
+    match: MatchRule | None
+    expect: dict[str, Any]
+    abstract: bool = False
+    origins: dict[PathKey, tuple[str, int | None]] = field(default_factory=dict)
+    _compiled: dict[PathKey, Expectation] = field(default_factory=dict)
+
+    def expectation(self, *path: str) -> Expectation | None:
+        return self._compiled.get(tuple(path))
+
+    def section(self, *path: str) -> Mapping[str, Any]:
+        node: Any = self.expect
+        for part in path:
+            if not isinstance(node, Mapping):
+                return {}
+            node = node.get(part)
+        return node if isinstance(node, Mapping) else {}
+
+    def expectations_under(self, *path: str) -> dict[str, Expectation]:
+        """Compiled expectations one level below `path`, by key (e.g. sysctls)."""
+        n = len(path)
+        return {
+            key[n]: exp for key, exp in self._compiled.items()
+            if len(key) == n + 1 and key[:n] == tuple(path) and isinstance(key[n], str)
+        }  # type: ignore[misc]
+
+    def origin(self, *path: str | int) -> str:
+        file, line = self.origins.get(tuple(path), ("?", None))
+        return f"{file}:{line}" if line else file
+
+    @property
+    def sysctl_keys(self) -> tuple[str, ...]:
+        return tuple(self.section("sysctl"))
+
+
+# --- locate -------------------------------------------------------------------------------------
+
+
+def search_path(extra_dirs: Iterable[Path] = ()) -> list[Path]:
+    """Site folders first, so a site can ship its own profiles; shipped last."""
+    dirs = [*extra_dirs, SITE_PROFILE_DIR, shipped_profile_dir()]
+    return [d for d in dirs if d.is_dir()]
+
+
+def locate(name: str, dirs: list[Path]) -> Path:
+    if not _valid_name(name):
+        raise ProfileError(f"invalid profile name {name!r} (lower-case letters, digits and '-')")
+    for directory in dirs:
+        candidate = directory / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    known = ", ".join(sorted(available(dirs))) or "none"
+    raise ProfileError(f"unknown profile {name!r} (known: {known})")
+
+
+def available(dirs: list[Path]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for directory in dirs:
+        for path in sorted(directory.glob("*.yaml")):
+            found.setdefault(path.stem, path)
+    return found
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and len(name) <= 64 and all(c.isalnum() and c.islower() or c.isdigit() or c == "-"
+                                                  for c in name) and name[0] != "-"
+
+
+# --- load ---------------------------------------------------------------------------------------
+
+
+def load(path: Path) -> ProfileFile:
+    data, lines = load_yaml_file(path, ProfileError)
+    if not isinstance(data, dict):
+        raise ProfileError("a profile must be a YAML mapping", path=str(path), line=1)
+    validate_document(data, lines, str(path), profile_validator(), ProfileError)
+    if data["name"] != path.stem:
+        raise ProfileError(f"name {data['name']!r} must match the file name {path.stem!r}",
+                           path=str(path), line=lines.line_for(("name",)))
+    return ProfileFile(path.stem, path, data, lines)
+
+
+# --- resolve and merge ---------------------------------------------------------------------------
+
+
+def merge_tree(base: dict[str, Any], overlay: Mapping[str, Any], origin: str, lines: LineMap,
+               origins: dict[PathKey, tuple[str, int | None]], path: PathKey = ()) -> dict[str, Any]:
+    """Child over parent, key by key; a null value drops the key."""
+    out = dict(base)
+    for key, value in overlay.items():
+        sub = (*path, key)
+        if value is None:
+            out.pop(key, None)
+            continue
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and not _is_leaf(value):
+            out[key] = merge_tree(out[key], value, origin, lines, origins, sub)
+        else:
+            out[key] = value
+            _record_origins(value, sub, origin, lines, origins)
+    origins.setdefault(path, (origin, lines.line_for(path)))
+    return out
+
+
+def _is_leaf(value: Mapping[str, Any]) -> bool:
+    # An expectation (or an MTU rule) replaces its parent's whole, never merges
+    # comparators: a child saying {min: 9000} must not inherit an `equals`.
+    return "severity" in value or "expect" in value
+
+
+def _record_origins(value: Any, path: PathKey, origin: str, lines: LineMap,
+                    origins: dict[PathKey, tuple[str, int | None]]) -> None:
+    origins[path] = (origin, lines.line_for(path))
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _record_origins(item, (*path, key), origin, lines, origins)
+
+
+Overlay = tuple[str, dict[str, Any], LineMap]
+
+
+def build(chain: list[ProfileFile], overrides: Iterable[Overlay] = ()) -> Profile:
+    leaf = chain[-1]
+    origins: dict[PathKey, tuple[str, int | None]] = {}
+    expect: dict[str, Any] = {}
+    for item in chain:
+        expect = merge_tree(expect, item.data.get("expect") or {}, str(item.path),
+                            _shift(item.lines, "expect"), origins)
+    overlays = list(overrides)
+    for source, tree, lines in overlays:
+        expect = merge_tree(expect, tree, source, lines, origins)
+    match = leaf.data.get("match")
+    profile = Profile(
+        name=leaf.name,
+        description=str(leaf.data.get("description", "")),
+        chain=tuple(str(p.path) for p in chain) + tuple(s for s, _, _ in overlays),
+        match=_compile_match(match) if match else None,
+        expect=expect,
+        abstract=bool(leaf.data.get("abstract", False)),
+        origins=origins,
+    )
+    _compile_expectations(profile, expect, ())
+    return profile
+
+
+def _shift(lines: LineMap, prefix: str) -> LineMap:
+    """Line map of a subtree, with paths relative to it."""
+    out = LineMap()
+    for key, line in lines.items():
+        if key[:1] == (prefix,):
+            out[key[1:]] = line
+    return out
+
+
+def _compile_match(data: Mapping[str, Any]) -> MatchRule:
+    count = data.get("gpu_count", ())
+    return MatchRule(
+        gpu_pci_ids=tuple(str(x).lower() for x in data.get("gpu_pci_ids", ())),
+        gpu_count=(count,) if isinstance(count, int) else tuple(count),
+        dmi=tuple(sorted((k, tuple(v)) for k, v in (data.get("dmi") or {}).items())),
+    )
+
+
+def _compile_expectations(profile: Profile, node: Mapping[str, Any], path: PathKey) -> None:
+    for key, value in node.items():
+        sub = (*path, key)
+        if not isinstance(value, Mapping):
+            continue
+        if "severity" in value:
+            comparators = [c for c in COMPARATORS if c in value]
+            file, line = profile.origins.get(sub, ("?", None))
+            if not comparators:
+                raise ProfileError(f"expect.{'.'.join(map(str, sub))}: needs one of "
+                                   f"{', '.join(COMPARATORS)}", path=file, line=line)
+            rng = value.get("range")
+            if rng is not None and rng[0] > rng[1]:
+                raise ProfileError(f"expect.{'.'.join(map(str, sub))}: range low {rng[0]} > high {rng[1]}",
+                                   path=file, line=line)
+            profile._compiled[sub] = Expectation.from_mapping(value)
+        else:
+            _compile_expectations(profile, value, sub)
+
+
+# --- public entry points -----------------------------------------------------------------------
+
+
+class ProfileStore:
+    """Profiles on the search path, each file loaded and validated once per run."""
+
+    def __init__(self, extra_dirs: Iterable[Path] = (), overrides_file: Path | None = None) -> None:
+        self.dirs = search_path(extra_dirs)
+        self.overrides_file = overrides_file
+        self._files: dict[str, ProfileFile] = {}
+        self._built: dict[str, Profile] = {}
+        self._overlay: Overlay | None = None
+
+    def names(self) -> list[str]:
+        return sorted(available(self.dirs))
+
+    def file(self, name: str) -> ProfileFile:
+        if name not in self._files:
+            self._files[name] = load(locate(name, self.dirs))
+        return self._files[name]
+
+    def chain(self, name: str) -> list[ProfileFile]:
+        chain: list[ProfileFile] = []
+        seen: list[str] = []
+        current: str | None = name
+        while current is not None:
+            if current in seen:
+                cycle = " -> ".join([*seen, current])
+                raise ProfileError(f"cyclic extends: {cycle}", path=str(chain[-1].path),
+                                   line=chain[-1].lines.line_for(("extends",)))
+            seen.append(current)
+            try:
+                loaded = self.file(current)
+            except ProfileError as exc:
+                if chain and exc.path is None:  # name the file whose `extends` is wrong
+                    raise ProfileError(exc.message, path=str(chain[-1].path),
+                                       line=chain[-1].lines.line_for(("extends",))) from None
+                raise
+            chain.append(loaded)
+            current = loaded.extends
+        chain.reverse()
+        return chain
+
+    def profile(self, name: str, with_overrides: bool = True) -> Profile:
+        key = f"{name}+" if with_overrides else name
+        if key not in self._built:
+            overlays: list[Overlay] = []
+            if with_overrides and self.overrides_file is not None:
+                if self._overlay is None:
+                    self._overlay = load_overrides(self.overrides_file)
+                overlays.append(self._overlay)
+            self._built[key] = build(self.chain(name), overlays)
+        return self._built[key]
+
+    def match_rules(self) -> dict[str, MatchRule | None]:
+        """Each concrete profile's own `match:` (the leaf file decides)."""
+        rules: dict[str, MatchRule | None] = {}
+        for name in self.names():
+            data = self.file(name).data
+            if data.get("abstract"):
+                continue
+            rules[name] = _compile_match(data["match"]) if data.get("match") else None
+        return rules
+
+
+def load_overrides(path: Path) -> Overlay:
+    """A site overlay: `expect:` merged onto whichever profile is selected."""
+    data, lines = load_yaml_file(path, ProfileError)
+    if data is None:
+        return str(path), {}, LineMap()
+    if not isinstance(data, dict) or set(data) - {"expect"}:
+        raise ProfileError("an overrides file holds one key, `expect:`", path=str(path), line=1)
+    wrapped = {"name": "overrides", "description": "site overrides", "expect": data.get("expect") or {}}
+    validate_document(wrapped, lines, str(path), profile_validator(), ProfileError)
+    return str(path), wrapped["expect"], _shift(lines, "expect")

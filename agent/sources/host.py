@@ -1,0 +1,390 @@
+"""Host source: parse /proc and /sys (live or from a snapshot) into HostFacts.
+
+Every reader turns a missing, unreadable or malformed file into an
+`Unknown` with the path and the reason; nothing here raises for bad data.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from agent.facts import (
+    PCI_ADDRESS_RE,
+    CpuFacts,
+    HostFacts,
+    IdleState,
+    NetInterface,
+    PciFunction,
+)
+from agent.model import Unknown
+from agent.sources.fsroot import FsRoot, read_text
+
+T = TypeVar("T")
+
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+DMI_DIR = "/sys/class/dmi/id"
+DMI_FIELDS = ("sys_vendor", "product_name", "product_family", "bios_vendor", "bios_version",
+              "bios_date", "board_vendor", "board_name")
+EFI_DIR = "/sys/firmware/efi"
+SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e98c0344c8c3"
+NVIDIA_VERSION_FILE = "/proc/driver/nvidia/version"
+PCI_DEVICES = "/sys/bus/pci/devices"
+NET_DIR = "/sys/class/net"
+IB_DIR = "/sys/class/infiniband"
+CPU_DIR = "/sys/devices/system/cpu"
+NODE_DIR = "/sys/devices/system/node"
+
+# Sysctls every audit reads, whatever the profile asks for.
+BASE_SYSCTLS = ("kernel.numa_balancing", "vm.zone_reclaim_mode")
+
+_SYSCTL_PART_RE = re.compile(r"^[A-Za-z0-9_\-:@/]+$")
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@\-]{1,15}$")
+_NVIDIA_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)*)")
+
+
+class InvalidName(ValueError):
+    """A name from outside (sysctl key, interface) that must not become a path."""
+
+
+def sysctl_path(key: str) -> str:
+    """Map a dotted sysctl key to its /proc/sys path, refusing anything odd.
+
+    As in sysctl(8), a '/' inside a component stands for a literal dot, so the
+    VLAN interface "eth0.100" is spelled net.ipv4.conf.eth0/100.rp_filter.
+    """
+    parts = key.split(".")
+    if len(parts) < 2 or len(key) > 255:
+        raise InvalidName(f"not a sysctl key: {key!r}")
+    out: list[str] = []
+    for part in parts:
+        if not _SYSCTL_PART_RE.match(part):
+            raise InvalidName(f"not a sysctl key: {key!r}")
+        name = part.replace("/", ".")
+        if name in (".", ".."):
+            raise InvalidName(f"not a sysctl key: {key!r}")
+        out.append(name)
+    return "/proc/sys/" + "/".join(out)
+
+
+def _describe_os_error(path: str, exc: OSError) -> str:
+    if exc.errno == errno.ENOENT:
+        return f"{path} is absent"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{path} is not readable by this user (needs root)"
+    return f"{path}: {exc.strerror or exc}"
+
+
+def read_value(fs: FsRoot, path: str, parse: Callable[[str], T] | None = None) -> T | Unknown:
+    """Read one kernel text file, stripped; a failure becomes Unknown(reason)."""
+    try:
+        text = read_text(fs, path).strip()
+    except OSError as exc:
+        return Unknown(_describe_os_error(path, exc))
+    except UnicodeDecodeError as exc:
+        return Unknown(f"{path} is not valid UTF-8 (byte {exc.start})")
+    if parse is None:
+        return text  # type: ignore[return-value]
+    try:
+        return parse(text)
+    except ValueError:
+        return Unknown(f"{path}: unexpected content {text[:60]!r}")
+
+
+def _maybe(fs: FsRoot, path: str, parse: Callable[[str], T]) -> T | None:
+    value = read_value(fs, path, parse)
+    return None if isinstance(value, Unknown) else value
+
+
+def _listdir(fs: FsRoot, path: str) -> list[str] | Unknown:
+    try:
+        return fs.listdir(path)
+    except OSError as exc:
+        return Unknown(_describe_os_error(path, exc))
+
+
+def _link_name(fs: FsRoot, path: str) -> str | None:
+    try:
+        return os.path.basename(fs.readlink(path).rstrip("/"))
+    except OSError:
+        return None
+
+
+def parse_bracketed(text: str) -> str:
+    """'always [madvise] never' -> 'madvise' (the kernel marks the active choice)."""
+    match = re.search(r"\[([^\]]+)\]", text)
+    if not match:
+        raise ValueError(text)
+    return match.group(1)
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """'0-3,8,10-11' -> (0, 1, 2, 3, 8, 10, 11)."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return tuple(cpus)
+
+
+def normalize_sysctl(text: str) -> str:
+    # Multi-value sysctls (tcp_rmem) are tab-separated; compare them as words.
+    return " ".join(text.split())
+
+
+def read_sysctls(fs: FsRoot, keys: Iterable[str]) -> dict[str, str | Unknown]:
+    values: dict[str, str | Unknown] = {}
+    for key in sorted(set(keys)):
+        try:
+            path = sysctl_path(key)
+        except InvalidName as exc:
+            values[key] = Unknown(str(exc))
+            continue
+        values[key] = read_value(fs, path, normalize_sysctl)
+    return values
+
+
+def read_secure_boot(fs: FsRoot) -> str | Unknown:
+    if not fs.is_dir(EFI_DIR):
+        return "unsupported"  # legacy BIOS boot: there is no Secure Boot
+    try:
+        data = fs.read_bytes(SECURE_BOOT_VAR)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            if not fs.is_dir(os.path.dirname(SECURE_BOOT_VAR)):
+                return Unknown("efivarfs is not mounted at /sys/firmware/efi/efivars")
+            return "unsupported"  # UEFI firmware without the SecureBoot variable
+        return Unknown(_describe_os_error(SECURE_BOOT_VAR, exc))
+    # efivarfs: 4 bytes of attributes, then the variable's data (one byte).
+    if len(data) < 5:
+        return Unknown(f"{SECURE_BOOT_VAR}: {len(data)} bytes, expected 5")
+    return "enabled" if data[4] == 1 else "disabled"
+
+
+def read_nvidia_driver(fs: FsRoot) -> str | Unknown:
+    text = read_value(fs, NVIDIA_VERSION_FILE)
+    if isinstance(text, Unknown):
+        if text.reason.endswith("is absent"):
+            return Unknown(f"{NVIDIA_VERSION_FILE} is absent: the NVIDIA kernel module is not loaded")
+        return text
+    match = _NVIDIA_VERSION_RE.search(text)
+    if not match:
+        return Unknown(f"{NVIDIA_VERSION_FILE}: no driver version in {text.splitlines()[0][:80]!r}")
+    return match.group(1)
+
+
+def _int_or_none(text: str) -> int:
+    return int(text, 0)
+
+
+def read_pci_function(fs: FsRoot, address: str) -> PciFunction | Unknown:
+    base = f"{PCI_DEVICES}/{address}"
+    vendor = read_value(fs, f"{base}/vendor", _int_or_none)
+    device = read_value(fs, f"{base}/device", _int_or_none)
+    class_code = read_value(fs, f"{base}/class", _int_or_none)
+    for value in (vendor, device, class_code):
+        if isinstance(value, Unknown):
+            return value
+    assert isinstance(vendor, int) and isinstance(device, int) and isinstance(class_code, int)
+    numa = _maybe(fs, f"{base}/numa_node", int)
+    parent: str | None = None
+    try:
+        target = fs.readlink(base)
+        up = os.path.basename(os.path.dirname(target.rstrip("/")))
+        parent = up if PCI_ADDRESS_RE.match(up) else None
+    except OSError:
+        pass
+    return PciFunction(
+        address=address,
+        vendor=vendor,
+        device=device,
+        class_code=class_code,
+        subsystem_vendor=_maybe(fs, f"{base}/subsystem_vendor", _int_or_none),
+        subsystem_device=_maybe(fs, f"{base}/subsystem_device", _int_or_none),
+        numa_node=None if numa is None or numa < 0 else numa,
+        current_link_speed=_maybe(fs, f"{base}/current_link_speed", str),
+        current_link_width=_maybe(fs, f"{base}/current_link_width", int),
+        max_link_speed=_maybe(fs, f"{base}/max_link_speed", str),
+        max_link_width=_maybe(fs, f"{base}/max_link_width", int),
+        driver=_link_name(fs, f"{base}/driver"),
+        parent=parent,
+    )
+
+
+def read_pci(fs: FsRoot) -> tuple[PciFunction, ...] | Unknown:
+    names = _listdir(fs, PCI_DEVICES)
+    if isinstance(names, Unknown):
+        return names
+    functions: list[PciFunction] = []
+    for name in names:
+        if not PCI_ADDRESS_RE.match(name):
+            continue  # never build a path from an unexpected name
+        function = read_pci_function(fs, name)
+        if isinstance(function, PciFunction):
+            functions.append(function)
+    return tuple(functions)
+
+
+def _read_rdma_ports(fs: FsRoot) -> dict[str, tuple[str, str | None]]:
+    """netdev name -> (RDMA device, link layer) from /sys/class/infiniband."""
+    ports: dict[str, tuple[str, str | None]] = {}
+    devices = _listdir(fs, IB_DIR)
+    if isinstance(devices, Unknown):
+        return ports  # no RDMA stack loaded: nothing is RDMA capable
+    for ibdev in devices:
+        if not IFNAME_RE.match(ibdev):
+            continue
+        link_layer = _maybe(fs, f"{IB_DIR}/{ibdev}/ports/1/link_layer", str)
+        netdevs = _listdir(fs, f"{IB_DIR}/{ibdev}/device/net")
+        if isinstance(netdevs, Unknown):
+            continue
+        for netdev in netdevs:
+            ports.setdefault(netdev, (ibdev, link_layer))
+    return ports
+
+
+def read_interface(fs: FsRoot, name: str, rdma: dict[str, tuple[str, str | None]]) -> NetInterface:
+    base = f"{NET_DIR}/{name}"
+    pci_address: str | None = None
+    driver: str | None = None
+    device = _link_name(fs, f"{base}/device")
+    if device is not None:
+        pci_address = device if PCI_ADDRESS_RE.match(device) else None
+        driver = _link_name(fs, f"{base}/device/driver")
+    ibdev, link_layer = rdma.get(name, (None, None))
+    return NetInterface(
+        name=name,
+        mtu=read_value(fs, f"{base}/mtu", int),
+        operstate=read_value(fs, f"{base}/operstate"),
+        # Reading speed of a down link fails with EINVAL: that is "no speed".
+        speed_mbps=_speed(_maybe(fs, f"{base}/speed", int)),
+        arp_type=_maybe(fs, f"{base}/type", int),
+        driver=driver,
+        pci_address=pci_address,
+        bond_master=_link_name(fs, f"{base}/master"),
+        is_bond=fs.is_dir(f"{base}/bonding"),
+        rdma_device=ibdev,
+        link_layer=link_layer,
+    )
+
+
+def _speed(value: int | None) -> int | None:
+    return value if value is not None and value > 0 else None
+
+
+def read_interfaces(fs: FsRoot) -> tuple[NetInterface, ...] | Unknown:
+    names = _listdir(fs, NET_DIR)
+    if isinstance(names, Unknown):
+        return names
+    rdma = _read_rdma_ports(fs)
+    return tuple(read_interface(fs, n, rdma) for n in names if IFNAME_RE.match(n) and n not in (".", ".."))
+
+
+def read_cpu(fs: FsRoot) -> CpuFacts:
+    online = read_value(fs, f"{CPU_DIR}/online", parse_cpu_list)
+    if isinstance(online, Unknown):
+        return CpuFacts(online, online, online, online, online)
+    governors: dict[str, list[int]] = {}
+    gov_error: Unknown | None = None
+    for cpu in online:
+        gov = read_value(fs, f"{CPU_DIR}/cpu{cpu}/cpufreq/scaling_governor")
+        if isinstance(gov, Unknown):
+            if cpu == online[0] and gov.reason.endswith("is absent"):
+                gov_error = Unknown(
+                    f"{CPU_DIR}/cpu{cpu}/cpufreq is absent: no cpufreq driver "
+                    "(virtual machine, or the firmware owns P-states)"
+                )
+                break
+            governors.setdefault(f"unknown ({gov.reason})", []).append(cpu)
+            continue
+        governors.setdefault(gov, []).append(cpu)
+    scaling_driver = read_value(fs, f"{CPU_DIR}/cpu{online[0]}/cpufreq/scaling_driver")
+    idle_driver = read_value(fs, f"{CPU_DIR}/cpuidle/current_driver")
+    return CpuFacts(
+        online=online,
+        governors=gov_error if gov_error is not None else {g: tuple(c) for g, c in governors.items()},
+        scaling_driver=scaling_driver,
+        idle_driver=idle_driver,
+        idle_states=read_idle_states(fs, online),
+    )
+
+
+def read_idle_states(fs: FsRoot, online: tuple[int, ...]) -> tuple[IdleState, ...] | Unknown:
+    first = f"{CPU_DIR}/cpu{online[0]}/cpuidle"
+    names = _listdir(fs, first)
+    if isinstance(names, Unknown):
+        return Unknown(f"{first} is absent: no cpuidle driver")
+    states: list[IdleState] = []
+    for entry in names:
+        if not re.fullmatch(r"state\d+", entry):
+            continue
+        index = int(entry[5:])
+        name = read_value(fs, f"{first}/{entry}/name")
+        latency = read_value(fs, f"{first}/{entry}/latency", int)
+        if isinstance(name, Unknown):
+            return name
+        if isinstance(latency, Unknown):
+            return latency
+        disabled = sum(
+            1 for cpu in online if _maybe(fs, f"{CPU_DIR}/cpu{cpu}/cpuidle/{entry}/disable", int) == 1
+        )
+        states.append(IdleState(index, name, latency, disabled, len(online)))
+    return tuple(sorted(states, key=lambda s: s.index))
+
+
+def read_modules(fs: FsRoot) -> dict[str, str] | Unknown:
+    text = read_value(fs, "/proc/modules")
+    if isinstance(text, Unknown):
+        if text.reason.endswith("is absent"):
+            return Unknown("/proc/modules is absent: kernel built without loadable modules")
+        return text
+    modules: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 5:
+            modules[fields[0]] = fields[4]
+    return modules
+
+
+def read_numa_nodes(fs: FsRoot) -> tuple[int, ...] | Unknown:
+    value = read_value(fs, f"{NODE_DIR}/online", parse_cpu_list)
+    if isinstance(value, Unknown) and value.reason.endswith("is absent"):
+        return (0,)  # kernel without NUMA support: one node
+    return value
+
+
+def read_dmi(fs: FsRoot) -> dict[str, str | Unknown]:
+    dmi: dict[str, str | Unknown] = {}
+    for name in DMI_FIELDS:
+        path = f"{DMI_DIR}/{name}"
+        try:
+            # Firmware strings are free text: keep odd bytes visible, never fail.
+            dmi[name] = fs.read_bytes(path).decode("utf-8", "backslashreplace").strip()
+        except OSError as exc:
+            dmi[name] = Unknown(_describe_os_error(path, exc))
+    return dmi
+
+
+def read_host_facts(fs: FsRoot, sysctl_keys: Iterable[str] = ()) -> HostFacts:
+    """Read everything the host checks need from `fs`."""
+    return HostFacts(
+        hostname=read_value(fs, "/proc/sys/kernel/hostname"),
+        kernel_release=read_value(fs, "/proc/sys/kernel/osrelease"),
+        sysctl=read_sysctls(fs, [*BASE_SYSCTLS, *sysctl_keys]),
+        thp_enabled=read_value(fs, f"{THP_DIR}/enabled", parse_bracketed),
+        thp_defrag=read_value(fs, f"{THP_DIR}/defrag", parse_bracketed),
+        numa_nodes=read_numa_nodes(fs),
+        cmdline=read_value(fs, "/proc/cmdline"),
+        dmi=read_dmi(fs),
+        secure_boot=read_secure_boot(fs),
+        nvidia_driver=read_nvidia_driver(fs),
+        pci=read_pci(fs),
+        modules=read_modules(fs),
+        interfaces=read_interfaces(fs),
+        cpu=read_cpu(fs),
+    )

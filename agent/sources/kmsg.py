@@ -1,0 +1,97 @@
+"""Kernel log: /dev/kmsg live, kmsg.txt in a snapshot, or a dmesg dump.
+
+The parser accepts the /dev/kmsg record format ("PRI,SEQ,TS_USEC,FLAGS;msg"),
+`dmesg` output ("[  12.345678] msg") and `dmesg --time-format=iso`, because
+support engineers receive all three.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from agent.facts import KmsgRecord
+from agent.model import Unknown
+
+KMSG_DEVICE = "/dev/kmsg"
+MAX_RECORDS = 200_000  # the kernel ring buffer holds far fewer; bound memory anyway
+_RECORD_BYTES = 8192  # /dev/kmsg returns one record per read; EINVAL if the buffer is smaller
+
+_KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
+_DMESG_RE = re.compile(r"^\[\s*(\d+)\.(\d+)\]\s?(.*)$")
+_ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[,.]\d+[+-]\d{2}:?\d{2}\s(.*)$")
+
+
+def parse_kmsg_line(line: str) -> KmsgRecord | None:
+    """One line of any supported format; None for continuation or blank lines."""
+    if not line.strip() or line.startswith(" "):
+        return None  # /dev/kmsg dictionary continuation lines start with a space
+    match = _KMSG_RE.match(line)
+    if match:
+        prefix = int(match.group(1))
+        return KmsgRecord(
+            message=match.group(4),
+            priority=prefix & 7,  # the low 3 bits are the level; the rest is the facility
+            seq=int(match.group(2)),
+            ts_usec=int(match.group(3)),
+        )
+    match = _DMESG_RE.match(line)
+    if match:
+        usec = int(match.group(1)) * 1_000_000 + int(match.group(2).ljust(6, "0")[:6])
+        return KmsgRecord(message=match.group(3), ts_usec=usec)
+    match = _ISO_RE.match(line)
+    if match:
+        return KmsgRecord(message=match.group(1))
+    return KmsgRecord(message=line)
+
+
+def parse_kmsg_text(lines: Iterable[str]) -> tuple[KmsgRecord, ...]:
+    records: list[KmsgRecord] = []
+    for line in lines:
+        record = parse_kmsg_line(line.rstrip("\n"))
+        if record is not None:
+            records.append(record)
+            if len(records) >= MAX_RECORDS:
+                break
+    return tuple(records)
+
+
+def read_recorded_kmsg(path: Path) -> tuple[KmsgRecord, ...] | Unknown:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return Unknown(f"{path}: {exc.strerror}")
+    text = data.decode("utf-8", "backslashreplace")
+    return parse_kmsg_text(text.splitlines())
+
+
+def read_live_kmsg(device: str = KMSG_DEVICE) -> tuple[tuple[KmsgRecord, ...] | Unknown, list[str]]:
+    """Drain the ring buffer without blocking. Returns records and the raw lines."""
+    try:
+        fd = os.open(device, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return Unknown(f"{device} is not readable (needs root or CAP_SYSLOG)"), []
+        return Unknown(f"{device}: {exc.strerror}"), []
+    raw: list[str] = []
+    try:
+        while len(raw) < MAX_RECORDS:
+            try:
+                chunk = os.read(fd, _RECORD_BYTES)
+            except BlockingIOError:
+                break  # EAGAIN: read everything there is
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue  # records were overwritten while we read; go on
+                return Unknown(f"{device}: {exc.strerror}"), raw
+            if not chunk:
+                break
+            # A record may carry " KEY=value" dictionary lines after the first.
+            raw.append(chunk.split(b"\n", 1)[0].decode("utf-8", "backslashreplace"))
+    finally:
+        os.close(fd)
+    return parse_kmsg_text(raw), raw

@@ -1,0 +1,96 @@
+"""Check registry. A check is a pure function of (facts, profile) -> findings.
+
+Each module in this package defines one area's checks with `Check(...)` and
+`@CHECK.evaluator`; modules are discovered automatically, so adding a check
+touches one file (plus its test). Check ids are stable: they appear in
+reports, metrics, waivers and `--only/--skip` globs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.expect import Expectation
+from agent.facts import NodeFacts
+from agent.model import Finding, Severity, Status, Unknown
+from agent.profiles import Profile
+
+Evaluator = Callable[[NodeFacts, Profile], list[Finding]]
+
+_REGISTRY: dict[str, Check] = {}
+
+
+@dataclass
+class Check:
+    id: str
+    title: str
+    source: str  # host | nvml | redfish | ipmi | kmsg | crosscheck
+    remediation: str | None = None
+    action: str | None = None  # default recommended operator action on failure
+    evaluate: Evaluator | None = field(default=None, repr=False)
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    def evaluator(self, func: Evaluator) -> Evaluator:
+        if self.id in _REGISTRY and _REGISTRY[self.id] is not self:
+            raise RuntimeError(f"duplicate check id {self.id}")
+        self.evaluate = func
+        _REGISTRY[self.id] = self
+        return func
+
+    def finding(self, subject: str, status: Status, severity: Severity, message: str, *,
+                observed: Any = None, expected: Any = None, reason: str | None = None,
+                remediation: str | None = None, action: str | None = None) -> Finding:
+        return Finding(
+            check=self.id, subject=subject, status=status, severity=severity, message=message,
+            source=self.source, observed=observed, expected=expected, reason=reason,
+            remediation=remediation if remediation is not None else (
+                self.remediation if status in (Status.FAIL, Status.WARN) else None),
+            action=action if action is not None else (
+                self.action if status in (Status.FAIL, Status.WARN) else None),
+        )
+
+    def compare(self, subject: str, expectation: Expectation, observed: Any, what: str) -> Finding:
+        """The common case: one observed value against one expectation."""
+        if isinstance(observed, Unknown):
+            return self.unknown(subject, expectation, f"{what}: {observed.reason}")
+        verdict = expectation.evaluate(observed)
+        if verdict.ok:
+            return self.finding(subject, Status.PASS, expectation.severity,
+                                f"{what} is {observed}", observed=observed,
+                                expected=expectation.expected, reason=expectation.reason)
+        return self.finding(subject, expectation.status_on_mismatch(), expectation.severity,
+                            f"{what} is {observed}, expected {expectation.describe()}",
+                            observed=observed, expected=expectation.expected, reason=expectation.reason)
+
+    def unknown(self, subject: str, expectation: Expectation | None, message: str) -> Finding:
+        return self.finding(subject, Status.UNKNOWN,
+                            expectation.severity if expectation else Severity.WARNING, message,
+                            expected=expectation.expected if expectation else None,
+                            reason=expectation.reason if expectation else None)
+
+
+def _discover() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+def all_checks() -> list[Check]:
+    if not _REGISTRY:
+        _discover()
+    return sorted(_REGISTRY.values(), key=lambda c: c.id)
+
+
+def run_checks(checks: Iterable[Check], facts: NodeFacts, profile: Profile) -> list[Finding]:
+    findings: list[Finding] = []
+    for check in checks:
+        assert check.evaluate is not None
+        findings.extend(check.evaluate(facts, profile))
+    return findings

@@ -1,0 +1,69 @@
+"""host.cpu.*: frequency governor and idle (C-) states."""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Status, Unknown
+from agent.profiles import Profile
+from checks import Check
+
+GOVERNOR = Check("host.cpu.governor", "CPU frequency governor", source="host", remediation="cpu_governor")
+CSTATES = Check("host.cpu.cstates", "CPU idle states", source="host")
+
+
+def cpu_ranges(cpus: tuple[int, ...]) -> str:
+    """(0, 1, 2, 5) -> '0-2,5' (the kernel's cpulist format)."""
+    out: list[str] = []
+    ordered = sorted(cpus)
+    start = prev = ordered[0] if ordered else 0
+    for cpu in ordered[1:] + [None]:  # type: ignore[list-item]
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(out) if ordered else ""
+
+
+@GOVERNOR.evaluator
+def evaluate_governor(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("cpu", "governor")
+    if expectation is None:
+        return []
+    governors = facts.host.cpu.governors
+    if isinstance(governors, Unknown):
+        return [GOVERNOR.unknown("node", expectation, f"CPU governor: {governors.reason}")]
+    if len(governors) == 1:
+        (only,) = governors
+        return [GOVERNOR.compare("node", expectation, only, f"scaling_governor of all {len(governors[only])} CPUs")]
+    bad = {g: cpus for g, cpus in governors.items() if not expectation.evaluate(g).ok}
+    observed = {g: cpu_ranges(c) for g, c in sorted(governors.items())}
+    if not bad:
+        return [GOVERNOR.finding("node", Status.PASS, expectation.severity,
+                                 f"scaling_governor is {', '.join(governors)} (all allowed)",
+                                 observed=observed, expected=expectation.expected, reason=expectation.reason)]
+    detail = "; ".join(f"{g} on CPUs {cpu_ranges(c)}" for g, c in sorted(bad.items()))
+    return [GOVERNOR.finding("node", expectation.status_on_mismatch(), expectation.severity,
+                             f"scaling_governor is {detail}, expected {expectation.describe()}",
+                             observed=observed, expected=expectation.expected, reason=expectation.reason)]
+
+
+@CSTATES.evaluator
+def evaluate_cstates(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("cpu", "cstates")
+    if expectation is None:
+        return []
+    states = facts.host.cpu.idle_states
+    if isinstance(states, Unknown):
+        return [CSTATES.unknown("node", expectation, f"CPU idle states: {states.reason}")]
+    enabled = [s for s in states if s.enabled_anywhere]
+    if not enabled:
+        return [CSTATES.finding("node", Status.PASS, expectation.severity, "no idle state is enabled",
+                                observed=0, expected=expectation.expected, reason=expectation.reason)]
+    deepest = max(enabled, key=lambda s: s.latency_us)
+    finding = CSTATES.compare("node", expectation, deepest.latency_us,
+                              f"exit latency (us) of the deepest enabled idle state {deepest.name}")
+    on = deepest.total_cpus - deepest.disabled_cpus
+    finding.message += f" (enabled on {on} of {deepest.total_cpus} CPUs)"
+    return [finding]

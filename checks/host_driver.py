@@ -1,0 +1,18 @@
+"""host.driver.version: the loaded NVIDIA kernel module against the profile."""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding
+from agent.profiles import Profile
+from checks import Check
+
+DRIVER = Check("host.driver.version", "NVIDIA driver version", source="host", action="upgrade_driver")
+
+
+@DRIVER.evaluator
+def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("driver", "version")
+    if expectation is None:
+        return []
+    return [DRIVER.compare("node", expectation, facts.host.nvidia_driver, "NVIDIA driver")]

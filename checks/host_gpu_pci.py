@@ -1,0 +1,28 @@
+"""host.gpu.pci_count: GPUs enumerated on PCI, which does not depend on NVML.
+
+A GPU that fell off the bus, or one the driver failed to claim, still shows
+(or visibly stops showing) here; comparing with NVML is the GPU issue's job.
+"""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Unknown
+from agent.profiles import Profile
+from checks import Check
+
+PCI_COUNT = Check("host.gpu.pci_count", "GPUs on PCI", source="host", action="contact_support")
+
+
+@PCI_COUNT.evaluator
+def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("gpu_pci", "count")
+    if expectation is None:
+        return []
+    gpus = facts.host.nvidia_gpus
+    if isinstance(gpus, Unknown):
+        return [PCI_COUNT.unknown("node", expectation, f"NVIDIA GPUs on PCI: {gpus.reason}")]
+    finding = PCI_COUNT.compare("node", expectation, len(gpus), "NVIDIA GPUs on PCI")
+    if gpus:
+        finding.message += " (" + ", ".join(g.address for g in sorted(gpus, key=lambda g: g.address)) + ")"
+    return [finding]

@@ -1,0 +1,30 @@
+"""host.kernel.cmdline: kernel parameters the profile asks for (e.g. iommu=pt)."""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Unknown
+from agent.profiles import Profile
+from checks import Check
+
+CMDLINE = Check("host.kernel.cmdline", "Kernel command line", source="host", action="reboot")
+
+
+@CMDLINE.evaluator
+def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectations = profile.expectations_under("kernel_cmdline")
+    if not expectations:
+        return []
+    params = facts.host.kernel_params
+    findings = []
+    for name, expectation in sorted(expectations.items()):
+        observed: object
+        if isinstance(params, Unknown):
+            observed = params
+        elif name not in params:
+            observed = "absent"
+        else:
+            value = params[name]
+            observed = "present" if value is None else value
+        findings.append(CMDLINE.compare(name, expectation, observed, f"kernel parameter {name}"))
+    return findings

@@ -1,0 +1,27 @@
+"""host.modules: kernel modules that must (or must not) be loaded."""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Unknown
+from agent.profiles import Profile
+from checks import Check
+
+MODULES = Check("host.modules", "Kernel modules", source="host", action="load_module")
+
+
+@MODULES.evaluator
+def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    modules = facts.host.modules
+    findings = []
+    for name, expectation in sorted(profile.expectations_under("modules").items()):
+        observed: str | Unknown
+        if isinstance(modules, Unknown):
+            observed = modules
+        elif name in modules:
+            state = modules[name]
+            observed = "loaded" if state == "Live" else state.lower()
+        else:
+            observed = "absent"
+        findings.append(MODULES.compare(name, expectation, observed, f"module {name}"))
+    return findings

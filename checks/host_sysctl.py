@@ -1,0 +1,19 @@
+"""host.sysctl: kernel tunables under /proc/sys, one finding per profile key."""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Unknown
+from agent.profiles import Profile
+from checks import Check
+
+SYSCTL = Check("host.sysctl", "Kernel sysctl values", source="host", remediation="sysctl")
+
+
+@SYSCTL.evaluator
+def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    findings = []
+    for key, expectation in sorted(profile.expectations_under("sysctl").items()):
+        observed = facts.host.sysctl.get(key, Unknown(f"sysctl {key} was not read"))
+        findings.append(SYSCTL.compare(key, expectation, observed, f"sysctl {key}"))
+    return findings

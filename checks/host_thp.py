@@ -1,0 +1,28 @@
+"""host.thp.*: transparent hugepages (sysfs, not a sysctl)."""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding
+from agent.profiles import Profile
+from checks import Check
+
+THP_ENABLED = Check("host.thp.enabled", "Transparent hugepages mode", source="host", remediation="thp")
+THP_DEFRAG = Check("host.thp.defrag", "Transparent hugepages defrag", source="host", remediation="thp")
+
+
+@THP_ENABLED.evaluator
+def evaluate_enabled(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("thp", "enabled")
+    if expectation is None:
+        return []
+    return [THP_ENABLED.compare("node", expectation, facts.host.thp_enabled,
+                                "transparent_hugepage/enabled")]
+
+
+@THP_DEFRAG.evaluator
+def evaluate_defrag(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("thp", "defrag")
+    if expectation is None:
+        return []
+    return [THP_DEFRAG.compare("node", expectation, facts.host.thp_defrag, "transparent_hugepage/defrag")]

@@ -1,0 +1,42 @@
+"""profile.match: which profile judged this node, and why.
+
+Unknown hardware never passes silently: falling back to the generic profile
+is a warning that names the hardware that matched nothing.
+"""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Severity, Status
+from agent.profiles import Profile
+from checks import Check
+
+PROFILE_MATCH = Check("profile.match", "Profile selection", source="host")
+
+
+@PROFILE_MATCH.evaluator
+def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    match = facts.profile_match
+    if match is None:
+        return []
+    if match.how == "fallback":
+        why = f"; {match.problems[0]}" if match.problems else ""
+        return [PROFILE_MATCH.finding(
+            "node", Status.WARN, Severity.WARNING,
+            f"no profile matches {match.identity}{why}; judged by the generic profile {match.profile}",
+            observed=match.identity, expected="a model profile",
+            reason="Model-specific expectations (GPU count, fabric, firmware) are not checked on unknown hardware",
+            action="add_profile",
+        )]
+    if match.how == "forced":
+        return [PROFILE_MATCH.finding("node", Status.PASS, Severity.INFO,
+                                      f"profile {match.profile} chosen with --profile for {match.identity}",
+                                      observed=match.profile, expected=match.profile)]
+    message = f"profile {match.profile} matches {match.identity} on {', '.join(match.matched_on)}"
+    if match.also_matched:
+        message += f" (equally specific: {', '.join(match.also_matched)}; first by name wins)"
+        return [PROFILE_MATCH.finding("node", Status.WARN, Severity.WARNING, message,
+                                      observed=match.profile, expected="exactly one matching profile",
+                                      reason="Two profiles with equally specific match rules overlap")]
+    return [PROFILE_MATCH.finding("node", Status.PASS, Severity.INFO, message,
+                                  observed=match.profile, expected=match.profile)]

@@ -1,0 +1,42 @@
+"""source.available: every source that was asked for answered.
+
+A source that is down is itself a finding, so `unknown` never hides: the
+checks that depend on it say `unknown` and this one says why.
+"""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Severity, Status, Unknown
+from agent.profiles import Profile
+from checks import Check
+
+SOURCE = Check("source.available", "Data sources", source="host")
+
+_DEFAULT_SEVERITY = {"host": Severity.CRITICAL, "nvml": Severity.CRITICAL, "kmsg": Severity.WARNING}
+
+
+@SOURCE.evaluator
+def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    findings: list[Finding] = []
+    gpus = facts.host.nvidia_gpus
+    gpus_on_pci = None if isinstance(gpus, Unknown) else len(gpus)
+    for name, status in sorted(facts.sources.items()):
+        severity = _DEFAULT_SEVERITY.get(name, Severity.WARNING)
+        if not status.configured:
+            findings.append(SOURCE.finding(name, Status.SKIP, Severity.INFO,
+                                           f"{name}: {status.error or 'not configured'}"))
+        elif status.ok:
+            findings.append(SOURCE.finding(name, Status.PASS, severity, f"{name} answered in "
+                                           f"{status.duration_s:.3f} s", observed="up", expected="up"))
+        elif name == "nvml" and gpus_on_pci == 0:
+            # No NVIDIA GPU on PCI either: likely not a GPU node, or a profile mismatch.
+            findings.append(SOURCE.finding(name, Status.WARN, Severity.WARNING,
+                                           f"nvml unavailable ({status.error}); no NVIDIA GPU on PCI either",
+                                           observed="down", expected="up", action="check_driver"))
+        else:
+            findings.append(SOURCE.finding(name, Status.FAIL, severity, f"{name} unavailable: {status.error}",
+                                           observed="down", expected="up",
+                                           action="check_driver" if name == "nvml" else "check_source"))
+        findings[-1].source = name
+    return findings
