@@ -3,7 +3,6 @@ so `nodewarden --version` and simple commands start fast."""
 
 from __future__ import annotations
 
-import functools
 import sys
 import traceback
 from collections.abc import Callable
@@ -37,7 +36,34 @@ def source_options(func: F) -> F:
     return func
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class NodewardenGroup(click.Group):
+    """Turns our errors into one-line messages and DESIGN.md's exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise
+        except NodewardenError as exc:
+            if _verbose(ctx):
+                traceback.print_exc()
+            click.echo(f"nodewarden: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except Exception as exc:  # noqa: BLE001 - the last resort: exit 3, never a bare traceback
+            if _verbose(ctx):
+                traceback.print_exc()
+            click.echo(f"nodewarden: internal error: {type(exc).__name__}: {exc} "
+                       "(run with -v for the traceback)", err=True)
+            ctx.exit(EXIT_CANNOT_RUN)
+
+
+def _verbose(ctx: click.Context) -> bool:
+    state = ctx.find_object(State)
+    return bool(state and state.verbose)
+
+
+@click.group(cls=NodewardenGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="nodewarden")
 @click.option("-v", "--verbose", count=True, help="More output; -v lists passes, -vv logs debug.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -122,12 +148,10 @@ def profiles_show(name: str, config_path: Path | None, fmt: str) -> None:
     config = _config(config_path)
     profile = ProfileStore(config.profile_dirs, config.overrides_file).profile(name)
     doc = {"name": profile.name, "description": profile.description, "files": list(profile.chain),
-           "match": profile.match.__dict__ if profile.match else None, "expect": profile.expect}
+           "match": profile.match.to_json() if profile.match else None, "expect": profile.expect}
     if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, default=list))
+        click.echo(json.dumps(doc, indent=2))
     else:
-        if doc["match"]:
-            doc["match"] = {k: list(v) if isinstance(v, tuple) else v for k, v in doc["match"].items() if v}
         click.echo(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), nl=False)
 
 
@@ -201,34 +225,5 @@ def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: P
     click.echo(f"captured {', '.join(captured)} into {out}")
 
 
-def _handle(func: Callable[[], Any]) -> int:
-    verbose = "-v" in sys.argv or "--verbose" in sys.argv or any(
-        a.startswith("-v") and set(a[1:]) == {"v"} for a in sys.argv[1:])
-    try:
-        func()
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return EXIT_USAGE
-    except click.Abort:
-        click.echo("aborted", err=True)
-        return 130
-    except NodewardenError as exc:
-        if verbose:
-            traceback.print_exc()
-        click.echo(f"nodewarden: error: {exc}", err=True)
-        return exc.exit_code
-    except Exception as exc:  # the last resort: exit 3, never a bare traceback
-        if verbose:
-            traceback.print_exc()
-        click.echo(f"nodewarden: internal error: {type(exc).__name__}: {exc} (run with -v for details)",
-                   err=True)
-        return EXIT_CANNOT_RUN
-    return 0
-
-
 def main() -> None:
-    sys.exit(_handle(functools.partial(cli.main, standalone_mode=False, prog_name="nodewarden")))
+    cli(prog_name="nodewarden")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
-import socket
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -153,7 +153,7 @@ def _node_info(host: HostFacts, node: NodeSource) -> dict[str, Any]:
     def known(value: Any) -> Any:
         return None if isinstance(value, Unknown) else value
 
-    hostname = known(host.hostname) or (socket.gethostname() if node.mode == "live" else None)
+    hostname = known(host.hostname) or (os.uname().nodename if node.mode == "live" else None)
     vendor, product = known(dmi.get("sys_vendor")), known(dmi.get("product_name"))
     info: dict[str, Any] = {
         "hostname": hostname,

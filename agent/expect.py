@@ -25,7 +25,7 @@ def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
     compare as text and sort after numbers, so '1.2a' > '1.2'.
     """
     parts = re.split(r"[.\-_]", str(text).strip())
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p != "")  # type: ignore[misc]
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p != "")
 
 
 def _as_number(value: Any) -> float | None:
@@ -57,7 +57,7 @@ def _numbers(value: Any) -> list[float] | None:
 
 def _same(observed: Any, expected: Any) -> bool:
     if isinstance(expected, bool) or isinstance(observed, bool):
-        return observed == expected
+        return bool(observed == expected)
     obs_n, exp_n = _numbers(observed), _numbers(expected)
     if obs_n is not None and exp_n is not None:
         return obs_n == exp_n

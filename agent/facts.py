@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeAlias, TypeVar, Union
 
 from agent.model import SourceStatus, Unknown
 
 T = TypeVar("T")
-Maybe = T | Unknown  # noqa: UP040 - the alias must work on Python 3.10 too
+# A fact or the reason it is unknown. Union[] because mypy rejects `T | X` aliases.
+Maybe: TypeAlias = Union[T, Unknown]  # noqa: UP007
 
 PCI_VENDOR_NVIDIA = 0x10DE
 PCI_VENDOR_MELLANOX = 0x15B3
@@ -178,7 +179,7 @@ def parse_kernel_cmdline(cmdline: str) -> dict[str, str | None]:
     """Kernel parameters before `--` (what follows goes to init). Last one wins."""
     params: dict[str, str | None] = {}
     for token in _split_cmdline(cmdline):
-        if token == "--":
+        if token == "--":  # noqa: S105 - the init-arguments separator
             break
         key, sep, value = token.partition("=")
         params[key] = value if sep else None

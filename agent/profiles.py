@@ -69,6 +69,16 @@ class MatchRule:
     def criteria(self) -> int:
         return (1 if self.gpu_pci_ids else 0) + (1 if self.gpu_count else 0) + len(self.dmi)
 
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.gpu_pci_ids:
+            out["gpu_pci_ids"] = list(self.gpu_pci_ids)
+        if self.gpu_count:
+            out["gpu_count"] = list(self.gpu_count)
+        if self.dmi:
+            out["dmi"] = {key: list(values) for key, values in self.dmi}
+        return out
+
 
 @dataclass
 class Profile:
@@ -98,9 +108,9 @@ class Profile:
         """Compiled expectations one level below `path`, by key (e.g. sysctls)."""
         n = len(path)
         return {
-            key[n]: exp for key, exp in self._compiled.items()
-            if len(key) == n + 1 and key[:n] == tuple(path) and isinstance(key[n], str)
-        }  # type: ignore[misc]
+            str(key[n]): exp for key, exp in self._compiled.items()
+            if len(key) == n + 1 and key[:n] == tuple(path)
+        }
 
     def origin(self, *path: str | int) -> str:
         file, line = self.origins.get(tuple(path), ("?", None))
@@ -140,7 +150,7 @@ def available(dirs: list[Path]) -> dict[str, Path]:
 
 
 def _valid_name(name: str) -> bool:
-    return bool(name) and len(name) <= 64 and all(c.isalnum() and c.islower() or c.isdigit() or c == "-"
+    return bool(name) and len(name) <= 64 and all((c.isalnum() and c.islower()) or c.isdigit() or c == "-"
                                                   for c in name) and name[0] != "-"
 
 
@@ -330,6 +340,7 @@ def load_overrides(path: Path) -> Overlay:
         return str(path), {}, LineMap()
     if not isinstance(data, dict) or set(data) - {"expect"}:
         raise ProfileError("an overrides file holds one key, `expect:`", path=str(path), line=1)
-    wrapped = {"name": "overrides", "description": "site overrides", "expect": data.get("expect") or {}}
+    expect: dict[str, Any] = data.get("expect") or {}
+    wrapped = {"name": "overrides", "description": "site overrides", "expect": expect}
     validate_document(wrapped, lines, str(path), profile_validator(), ProfileError)
-    return str(path), wrapped["expect"], _shift(lines, "expect")
+    return str(path), expect, _shift(lines, "expect")

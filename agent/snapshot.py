@@ -16,13 +16,9 @@ import datetime as dt
 import json
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from agent import __version__
 from agent.errors import SnapshotError
@@ -103,6 +99,7 @@ def open_snapshot(path: Path) -> Snapshot:
 
 
 def _prepare_out(out: Path) -> Path:
+    import tempfile  # capture-only imports stay off the audit path
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SnapshotError("output exists and is not an empty directory; refusing to overwrite",
                             path=str(out))
@@ -117,6 +114,7 @@ def _finish(tmp: Path, out: Path) -> None:
 
 
 def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> None:
+    import yaml
     meta = {
         "hostname": hostname,
         "captured_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
@@ -129,6 +127,7 @@ def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> 
 
 def capture_live(out: Path, sysctl_keys: list[str]) -> list[str]:
     """Record this node's host files and kernel log into `out`."""
+    import shutil
     tmp = _prepare_out(out)
     try:
         recorder = RecordingFs(LiveFs("/"))
@@ -163,6 +162,7 @@ def capture_live(out: Path, sysctl_keys: list[str]) -> list[str]:
 
 def copy_snapshot(source: Snapshot, out: Path) -> list[str]:
     """A writable copy of a recorded (or simulated) node, e.g. to practise on."""
+    import shutil
     tmp = _prepare_out(out)
     try:
         shutil.rmtree(tmp)

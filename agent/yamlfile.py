@@ -50,7 +50,7 @@ def _build(node: yaml.Node, path: PathKey, lines: LineMap, error: type[Nodewarde
             if key in out:
                 raise error(f"duplicate key {key!r}", path=source, line=key_node.start_mark.line + 1)
             out[key] = _build(value_node, (*path, key), lines, error, source)
-            lines[(*path, key)] = key_node.start_mark.line + 1
+            lines[path + (key,)] = key_node.start_mark.line + 1  # noqa: RUF005 - 3.10 syntax
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(item, (*path, i), lines, error, source) for i, item in enumerate(node.value)]

@@ -16,7 +16,7 @@ def cpu_ranges(cpus: tuple[int, ...]) -> str:
     out: list[str] = []
     ordered = sorted(cpus)
     start = prev = ordered[0] if ordered else 0
-    for cpu in ordered[1:] + [None]:  # type: ignore[list-item]
+    for cpu in [*ordered[1:], None]:
         if cpu is not None and cpu == prev + 1:
             prev = cpu
             continue
@@ -36,7 +36,8 @@ def evaluate_governor(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return [GOVERNOR.unknown("node", expectation, f"CPU governor: {governors.reason}")]
     if len(governors) == 1:
         (only,) = governors
-        return [GOVERNOR.compare("node", expectation, only, f"scaling_governor of all {len(governors[only])} CPUs")]
+        what = f"scaling_governor of all {len(governors[only])} CPUs"
+        return [GOVERNOR.compare("node", expectation, only, what)]
     bad = {g: cpus for g, cpus in governors.items() if not expectation.evaluate(g).ok}
     observed = {g: cpu_ranges(c) for g, c in sorted(governors.items())}
     if not bad:

@@ -53,7 +53,8 @@ def evaluate_affinity(facts: NodeFacts, profile: Profile) -> list[Finding]:
         where = f"GPU at {gpu.address} (NUMA node {gpu.numa_node if gpu.numa_node is not None else -1})"
         finding = AFFINITY.compare(f"gpu{index}", expectation, placement, f"{where} placement")
         if placement == "remote":
-            finding.message += f"; RDMA NICs sit on NUMA node(s) {sorted(n for n in nic_nodes if n is not None)}"
+            nodes = sorted(n for n in nic_nodes if n is not None)
+            finding.message += f"; RDMA NICs sit on NUMA node(s) {nodes}"
         elif placement == "firmware-unknown":
             finding.message += "; the firmware (ACPI SRAT/_PXM) reports no NUMA node for it"
         findings.append(finding)

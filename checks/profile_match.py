@@ -25,7 +25,8 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
             "node", Status.WARN, Severity.WARNING,
             f"no profile matches {match.identity}{why}; judged by the generic profile {match.profile}",
             observed=match.identity, expected="a model profile",
-            reason="Model-specific expectations (GPU count, fabric, firmware) are not checked on unknown hardware",
+            reason="Model-specific expectations (GPU count, fabric, firmware) "
+                   "are not checked on unknown hardware",
             action="add_profile",
         )]
     if match.how == "forced":

@@ -9,12 +9,12 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from agent.engine import Report
-from agent.model import Status
+from agent.model import Finding, Status
 
 
 def render_junit(report: Report) -> str:
     suites = ET.Element("testsuites", name="nodewarden", time=f"{report.duration_s:.3f}")
-    by_area: dict[str, list] = {}  # type: ignore[type-arg]
+    by_area: dict[str, list[Finding]] = {}
     for finding in report.findings:
         by_area.setdefault(finding.check.split(".", 1)[0], []).append(finding)
     hostname = report.node.get("hostname") or "node"
@@ -26,7 +26,8 @@ def render_junit(report: Report) -> str:
         for finding in findings:
             counts["tests"] += 1
             case = ET.SubElement(suite, "testcase", classname=finding.check, name=finding.subject, time="0")
-            detail = f"observed: {finding.observed!r}\nexpected: {finding.expected!r}\nwhy: {finding.reason or ''}"
+            detail = (f"observed: {finding.observed!r}\nexpected: {finding.expected!r}\n"
+                      f"why: {finding.reason or ''}")
             if finding.waiver:
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=f"waived until {finding.waiver.expires}: "

@@ -7,6 +7,8 @@ series when a check stops failing or stops running.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from agent import __version__
@@ -52,8 +54,6 @@ def render_prom(report: Report) -> str:
             source_duration.labels(name).set(src.duration_s)
     profile.labels(report.profile).set(1)
     build.labels(__version__).set(1)
-    import datetime as dt
-
     last.set(dt.datetime.fromisoformat(report.started_at).timestamp())
     duration.set(report.duration_s)
     return generate_latest(registry).decode("utf-8")

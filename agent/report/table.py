@@ -30,7 +30,8 @@ def render_table(report: Report, *, verbose: bool = False, color: bool = False) 
     width = shutil.get_terminal_size((120, 20)).columns
     lines: list[str] = []
     node = report.node
-    lines.append(f"nodewarden audit of {node.get('hostname') or '?'} ({node.get('model') or 'unknown model'}) "
+    model = node.get("model") or "unknown model"
+    lines.append(f"nodewarden audit of {node.get('hostname') or '?'} ({model}) "
                  f"with profile {report.profile} [{node.get('mode')}]")
     shown = [f for f in report.findings if verbose or f.status is not Status.PASS or f.waiver]
     areas: dict[str, list[Finding]] = {}

@@ -100,6 +100,7 @@ class SnapshotFs:
 
     def __init__(self, snapshot_dir: Path) -> None:
         self.base = snapshot_dir / "fs"
+        self._base = str(self.base)
         self.description = f"snapshot:{snapshot_dir}"
         if not self.base.is_dir():
             raise SnapshotError("snapshot has no fs/ directory", path=str(snapshot_dir))
@@ -107,6 +108,7 @@ class SnapshotFs:
         self.errors = _load_json_map(snapshot_dir / self.ERRORS_FILE)
         # Directory listings must show link names too (sys/class/net/eth0 is a link).
         self._link_children: dict[str, set[str]] = {}
+        self._dir_cache: dict[str, str] = {}
         for link in self.links:
             parent, _, name = link.rpartition("/")
             self._link_children.setdefault(parent, set()).add(name)
@@ -114,6 +116,33 @@ class SnapshotFs:
     def _resolve(self, path: str, follow_last: bool = True) -> str:
         """Resolve `path` lexically against the link map, clamped at the root."""
         _check_abs(path)
+        parent, _, name = path.rpartition("/")
+        if not follow_last or name in ("", ".", ".."):
+            return self._resolve_uncached(path, follow_last)
+        resolved_parent = self._resolve_dir(parent) if parent else ""
+        candidate = f"{resolved_parent}/{name}" if resolved_parent else name
+        if candidate in self.links:
+            return self._resolve_uncached(candidate and "/" + candidate, True)
+        return candidate
+
+    def _resolve_dir(self, path: str) -> str:
+        # Thousands of reads share a few hundred directories: resolve each once,
+        # building on the already resolved parent.
+        cached = self._dir_cache.get(path)
+        if cached is None:
+            parent, _, name = path.rpartition("/")
+            if name in ("", ".", ".."):
+                cached = self._resolve_uncached(path, True)
+            else:
+                base = self._resolve_dir(parent) if parent else ""
+                candidate = f"{base}/{name}" if base else name
+                if candidate in self.links:
+                    candidate = self._resolve_uncached("/" + candidate, True)
+                cached = candidate
+            self._dir_cache[path] = cached
+        return cached
+
+    def _resolve_uncached(self, path: str, follow_last: bool) -> str:
         pending = [p for p in path.split("/") if p]
         out: list[str] = []
         hops = 0
@@ -146,15 +175,23 @@ class SnapshotFs:
 
     def read_bytes(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes:
         rel = self._resolve(path)
-        self._raise_recorded_error(rel, path)
-        full = self.base / rel
+        if self.errors:
+            self._raise_recorded_error(rel, path)
         try:
-            with open(full, "rb") as fh:
-                return fh.read(limit)
-        except IsADirectoryError:
-            raise
+            # os.open/os.read: a snapshot holds thousands of tiny files and the
+            # buffered-file machinery costs more than the read itself.
+            fd = os.open(f"{self._base}/{rel}", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, path) from None
+        try:
+            chunks = [os.read(fd, min(limit, 65536))]
+            while chunks[-1] and sum(map(len, chunks)) < limit:
+                chunks.append(os.read(fd, 65536))
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+        finally:
+            os.close(fd)
+        return b"".join(chunks)[:limit]
 
     def listdir(self, path: str) -> list[str]:
         rel = self._resolve(path)

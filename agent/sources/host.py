@@ -6,14 +6,18 @@ Every reader turns a missing, unreadable or malformed file into an
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import errno
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from agent.facts import (
     PCI_ADDRESS_RE,
+    PCI_VENDOR_MELLANOX,
+    PCI_VENDOR_NVIDIA,
     CpuFacts,
     HostFacts,
     IdleState,
@@ -78,7 +82,15 @@ def _describe_os_error(path: str, exc: OSError) -> str:
     return f"{path}: {exc.strerror or exc}"
 
 
-def read_value(fs: FsRoot, path: str, parse: Callable[[str], T] | None = None) -> T | Unknown:
+@overload
+def read_value(fs: FsRoot, path: str) -> str | Unknown: ...
+
+
+@overload
+def read_value(fs: FsRoot, path: str, parse: Callable[[str], T]) -> T | Unknown: ...
+
+
+def read_value(fs: FsRoot, path: str, parse: Callable[[str], Any] | None = None) -> Any:
     """Read one kernel text file, stripped; a failure becomes Unknown(reason)."""
     try:
         text = read_text(fs, path).strip()
@@ -87,7 +99,7 @@ def read_value(fs: FsRoot, path: str, parse: Callable[[str], T] | None = None) -
     except UnicodeDecodeError as exc:
         return Unknown(f"{path} is not valid UTF-8 (byte {exc.start})")
     if parse is None:
-        return text  # type: ignore[return-value]
+        return text
     try:
         return parse(text)
     except ValueError:
@@ -182,37 +194,75 @@ def _int_or_none(text: str) -> int:
     return int(text, 0)
 
 
-def read_pci_function(fs: FsRoot, address: str) -> PciFunction | Unknown:
-    base = f"{PCI_DEVICES}/{address}"
-    vendor = read_value(fs, f"{base}/vendor", _int_or_none)
-    device = read_value(fs, f"{base}/device", _int_or_none)
-    class_code = read_value(fs, f"{base}/class", _int_or_none)
-    for value in (vendor, device, class_code):
-        if isinstance(value, Unknown):
-            return value
-    assert isinstance(vendor, int) and isinstance(device, int) and isinstance(class_code, int)
-    numa = _maybe(fs, f"{base}/numa_node", int)
-    parent: str | None = None
+# Functions whose NUMA node, link and driver we read: GPUs, NVSwitches, NICs and
+# NVMe. The ~400 chipset functions of a two-socket server need only their ids.
+_DETAIL_CLASSES = (0x03, 0x02)  # display, network (Ethernet and InfiniBand)
+_DETAIL_SUBCLASSES = (0x0680, 0x0108)  # other bridge (NVSwitch), NVMe
+
+
+def wants_detail(vendor: int, class_code: int) -> bool:
+    return (class_code >> 16) in _DETAIL_CLASSES or (class_code >> 8) in _DETAIL_SUBCLASSES or vendor in (
+        PCI_VENDOR_NVIDIA, PCI_VENDOR_MELLANOX)
+
+
+def parse_pci_uevent(text: str) -> dict[str, str]:
+    """'KEY=value' lines of a PCI function's uevent file."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def _ids_from_uevent(fields: dict[str, str]) -> tuple[int, int, int, int | None, int | None] | None:
     try:
-        target = fs.readlink(base)
-        up = os.path.basename(os.path.dirname(target.rstrip("/")))
+        vendor, device = (int(x, 16) for x in fields["PCI_ID"].split(":"))
+        class_code = int(fields["PCI_CLASS"], 16)
+    except (KeyError, ValueError):
+        return None
+    sub_vendor = sub_device = None
+    if ":" in fields.get("PCI_SUBSYS_ID", ""):
+        with contextlib.suppress(ValueError):
+            sub_vendor, sub_device = (int(x, 16) for x in fields["PCI_SUBSYS_ID"].split(":"))
+    return vendor, device, class_code, sub_vendor, sub_device
+
+
+def read_pci_function(fs: FsRoot, address: str) -> PciFunction | Unknown:
+    """One function: ids from uevent (one read), details only where they matter."""
+    base = f"{PCI_DEVICES}/{address}"
+    uevent = read_value(fs, f"{base}/uevent", parse_pci_uevent)
+    ids = None if isinstance(uevent, Unknown) else _ids_from_uevent(uevent)
+    driver: str | None
+    if ids is not None and not isinstance(uevent, Unknown):
+        vendor, device, class_code, sub_vendor, sub_device = ids
+        driver = uevent.get("DRIVER")
+    else:  # older kernels or odd devices: the individual attribute files
+        values = [read_value(fs, f"{base}/{n}", _int_or_none) for n in ("vendor", "device", "class")]
+        for value in values:
+            if isinstance(value, Unknown):
+                return value
+        vendor, device, class_code = (int(v) for v in values)  # type: ignore[arg-type]
+        sub_vendor = _maybe(fs, f"{base}/subsystem_vendor", _int_or_none)
+        sub_device = _maybe(fs, f"{base}/subsystem_device", _int_or_none)
+        driver = _link_name(fs, f"{base}/driver")
+    parent: str | None = None
+    with contextlib.suppress(OSError):  # no link: a root-bus device or a flat test tree
+        up = os.path.basename(os.path.dirname(fs.readlink(base).rstrip("/")))
         parent = up if PCI_ADDRESS_RE.match(up) else None
-    except OSError:
-        pass
-    return PciFunction(
-        address=address,
-        vendor=vendor,
-        device=device,
-        class_code=class_code,
-        subsystem_vendor=_maybe(fs, f"{base}/subsystem_vendor", _int_or_none),
-        subsystem_device=_maybe(fs, f"{base}/subsystem_device", _int_or_none),
+    function = PciFunction(address=address, vendor=vendor, device=device, class_code=class_code,
+                           subsystem_vendor=sub_vendor, subsystem_device=sub_device, driver=driver,
+                           parent=parent)
+    if not wants_detail(vendor, class_code):
+        return function
+    numa = _maybe(fs, f"{base}/numa_node", int)
+    return dataclasses.replace(
+        function,
         numa_node=None if numa is None or numa < 0 else numa,
         current_link_speed=_maybe(fs, f"{base}/current_link_speed", str),
         current_link_width=_maybe(fs, f"{base}/current_link_width", int),
         max_link_speed=_maybe(fs, f"{base}/max_link_speed", str),
         max_link_width=_maybe(fs, f"{base}/max_link_width", int),
-        driver=_link_name(fs, f"{base}/driver"),
-        parent=parent,
     )
 
 

@@ -34,7 +34,7 @@ def call_with_deadline(func: Callable[[], T], timeout_s: float, what: str) -> T:
     def runner() -> None:
         try:
             result.append(func())
-        except BaseException as exc:  # re-raised in the caller's thread below
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread below
             error.append(exc)
 
     thread = threading.Thread(target=runner, name=f"nvml:{what}", daemon=True)
@@ -73,5 +73,6 @@ def probe_live_nvml(timeout_s: float = DEFAULT_TIMEOUT_S) -> SourceStatus:
     except CallTimeout as exc:
         return SourceStatus("nvml", ok=False, error=str(exc), duration_s=time.monotonic() - start)
     except pynvml.NVMLError as exc:
-        return SourceStatus("nvml", ok=False, error=_nvml_error_text(exc), duration_s=time.monotonic() - start)
+        return SourceStatus("nvml", ok=False, error=_nvml_error_text(exc),
+                            duration_s=time.monotonic() - start)
     return SourceStatus("nvml", ok=True, duration_s=time.monotonic() - start, detail=detail)
