@@ -164,11 +164,7 @@ def profiles_validate(files: tuple[Path, ...]) -> None:
     failed = 0
     for path in files:
         try:
-            store = ProfileStore([path.parent])
-            if path.stem not in store.names() or store.dirs[0] != path.parent:
-                store.dirs.insert(0, path.parent)
-            store.file(path.stem)
-            store.profile(path.stem, with_overrides=False)
+            ProfileStore([path.parent]).validate_file(path)
             click.echo(f"{path}: ok")
         except NodewardenError as exc:
             failed += 1

@@ -248,7 +248,21 @@ def _compile_match(data: Mapping[str, Any]) -> MatchRule:
     )
 
 
+# Keys people put under sysctl that are not sysctls, with where they live instead.
+NOT_SYSCTLS = {
+    "vm.transparent_hugepage": "transparent hugepages live in sysfs: use thp.enabled / thp.defrag",
+    "vm.transparent_hugepage.enabled": "use thp.enabled (sysfs, not a sysctl)",
+    "vm.transparent_hugepage.defrag": "use thp.defrag (sysfs, not a sysctl)",
+    "kernel.numa_balancing": "use numa.balancing (checked as host.numa.balancing)",
+}
+
+
 def _compile_expectations(profile: Profile, node: Mapping[str, Any], path: PathKey) -> None:
+    if path == ("sysctl",):
+        for key in node:
+            if key in NOT_SYSCTLS:
+                file, line = profile.origins.get((*path, key), ("?", None))
+                raise ProfileError(f"expect.sysctl.{key}: {NOT_SYSCTLS[key]}", path=file, line=line)
     for key, value in node.items():
         sub = (*path, key)
         if not isinstance(value, Mapping):
@@ -321,6 +335,15 @@ class ProfileStore:
                 overlays.append(self._overlay)
             self._built[key] = build(self.chain(name), overlays)
         return self._built[key]
+
+    def validate_file(self, path: Path) -> Profile:
+        """Load one file wherever it is, resolve its parents on the search path, build it."""
+        loaded = load(path)
+        parents = self.chain(loaded.extends) if loaded.extends else []
+        if any(p.name == loaded.name for p in parents):
+            raise ProfileError(f"cyclic extends: {loaded.name} -> ... -> {loaded.name}", path=str(path),
+                               line=loaded.lines.line_for(("extends",)))
+        return build([*parents, loaded])
 
     def match_rules(self) -> dict[str, MatchRule | None]:
         """Each concrete profile's own `match:` (the leaf file decides)."""

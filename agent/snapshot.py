@@ -25,7 +25,7 @@ from agent.errors import SnapshotError
 from agent.profiles import data_dir
 from agent.sources.fsroot import LiveFs, RecordingFs, SnapshotFs
 from agent.sources.host import read_host_facts
-from agent.sources.kmsg import read_live_kmsg
+from agent.sources.kmsg import KMSG_DEVICE, read_live_kmsg
 from agent.yamlfile import load_yaml_file
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -125,12 +125,17 @@ def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> 
     (path / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
 
 
-def capture_live(out: Path, sysctl_keys: list[str]) -> list[str]:
-    """Record this node's host files and kernel log into `out`."""
+def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
+                 kmsg_device: str = KMSG_DEVICE) -> list[str]:
+    """Record this node's host files and kernel log into `out`.
+
+    `root` and `kmsg_device` exist for tests, which capture a fake root.
+    """
     import shutil
+
     tmp = _prepare_out(out)
     try:
-        recorder = RecordingFs(LiveFs("/"))
+        recorder = RecordingFs(root or LiveFs("/"))
         facts = read_host_facts(recorder, [*sysctl_keys, *CAPTURE_SYSCTLS])
         fs_dir = tmp / "fs"
         fs_dir.mkdir()
@@ -144,7 +149,7 @@ def capture_live(out: Path, sysctl_keys: list[str]) -> list[str]:
         if recorder.errors:
             (tmp / SnapshotFs.ERRORS_FILE).write_text(json.dumps(recorder.errors, indent=1, sort_keys=True))
         captured = ["host"]
-        records, raw = read_live_kmsg()
+        records, raw = read_live_kmsg(kmsg_device)
         if not isinstance(records, tuple) and not raw:
             notes = [f"kmsg not captured: {records.reason}"]
         else:

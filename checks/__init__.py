@@ -44,6 +44,11 @@ class Check:
         _REGISTRY[self.id] = self
         return func
 
+    def run(self, facts: NodeFacts, profile: Profile) -> list[Finding]:
+        if self.evaluate is None:
+            raise RuntimeError(f"check {self.id} has no evaluator")
+        return self.evaluate(facts, profile)
+
     def finding(self, subject: str, status: Status, severity: Severity, message: str, *,
                 observed: Any = None, expected: Any = None, reason: str | None = None,
                 remediation: str | None = None, action: str | None = None) -> Finding:
@@ -91,6 +96,5 @@ def all_checks() -> list[Check]:
 def run_checks(checks: Iterable[Check], facts: NodeFacts, profile: Profile) -> list[Finding]:
     findings: list[Finding] = []
     for check in checks:
-        assert check.evaluate is not None
-        findings.extend(check.evaluate(facts, profile))
+        findings.extend(check.run(facts, profile))
     return findings

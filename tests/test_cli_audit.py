@@ -1,0 +1,311 @@
+"""End to end through the real click CLI on the shipped simulated nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import junitparser
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import RunCli
+
+DRIFTED_FAILS = {
+    ("host.thp.enabled", "node"),
+    ("host.numa.balancing", "node"),
+    ("host.sysctl", "net.core.rmem_max"),
+    ("net.mtu", "enp156s0np0"),
+    ("host.cpu.governor", "node"),
+    ("host.driver.version", "node"),
+}
+FINDING_KEYS = {"check", "subject", "status", "waiver", "action", "severity", "observed", "expected", "message",
+                "reason", "remediation", "source"}
+
+
+def audit(run_cli: RunCli, node: str, *extra: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    result = run_cli("audit", "--simulate", node, "--format", "json", *extra)
+    assert result.stderr == "", result.stderr
+    return result.code, result.json()
+
+
+def fails(report: dict) -> set[tuple[str, str]]:  # type: ignore[type-arg]
+    return {(f["check"], f["subject"]) for f in report["findings"] if f["status"] == "fail" and not f["waiver"]}
+
+
+def test_healthy_node_passes(run_cli: RunCli) -> None:
+    code, report = audit(run_cli, "hgx-h100-healthy")
+    assert code == 0
+    assert report["profile"] == "hgx-h100-sxm"
+    assert fails(report) == set()
+    statuses = {f["status"] for f in report["findings"]}
+    assert statuses == {"pass", "skip"}  # skips: nvml and BMC not in the snapshot
+    checks = {f["check"] for f in report["findings"]}
+    assert {"host.sysctl", "host.thp.enabled", "host.thp.defrag", "host.numa.balancing", "host.numa.affinity",
+            "net.mtu", "host.cpu.governor", "host.cpu.cstates", "host.kernel.cmdline", "host.secureboot",
+            "host.driver.version", "host.modules", "host.gpu.pci_count", "profile.match",
+            "source.available"} == checks
+    mtu = {f["subject"] for f in report["findings"] if f["check"] == "net.mtu"}
+    assert mtu == {"enp26s0np0", "enp60s0np0", "enp77s0np0", "enp94s0np0", "enp156s0np0", "enp188s0np0",
+                   "enp204s0np0", "enp220s0np0"}  # the 8 RoCE rails, not the bond members or tg3 ports
+
+
+def test_drifted_node_fails_exactly_the_drifts(run_cli: RunCli) -> None:
+    code, report = audit(run_cli, "hgx-h100-drifted")
+    assert code == 1
+    assert fails(report) == DRIFTED_FAILS
+    by_key = {(f["check"], f["subject"]): f for f in report["findings"]}
+    assert by_key[("host.thp.enabled", "node")]["observed"] == "always"
+    assert by_key[("host.numa.balancing", "node")]["observed"] == "1"
+    assert by_key[("host.sysctl", "net.core.rmem_max")]["observed"] == "4194304"
+    assert by_key[("net.mtu", "enp156s0np0")]["observed"] == 1500
+    assert by_key[("host.cpu.governor", "node")]["observed"] == "powersave"
+    assert by_key[("host.driver.version", "node")]["observed"] == "535.129.03"
+    assert by_key[("host.driver.version", "node")]["expected"] == {"version_min": "550.54.15"}
+
+
+def test_report_follows_the_v1_contract(run_cli: RunCli) -> None:
+    _, report = audit(run_cli, "hgx-h100-drifted")
+    assert report["schema"] == "nodewarden.report/v1"
+    assert {"node", "profile", "started_at", "duration_s", "sources", "findings", "summary"} <= set(report)
+    assert report["node"]["hostname"] == "gpu-h100-drifted-01"
+    assert report["node"]["model"] == "Dell Inc. PowerEdge XE9680"
+    assert report["node"]["gpus"] == {"pci_count": 8, "pci_ids": ["10de:2330"]}
+    assert report["sources"]["host"]["ok"] is True
+    assert report["sources"]["nvml"] == {"ok": False, "error": "not in snapshot", "duration_s": 0.0,
+                                         "configured": False}
+    for finding in report["findings"]:
+        assert set(finding) == FINDING_KEYS
+        assert finding["status"] in {"pass", "warn", "fail", "unknown", "skip", "fixed"}
+        assert finding["severity"] in {"info", "warning", "critical"}
+        assert finding["source"] in {"host", "nvml", "redfish", "ipmi", "kmsg", "crosscheck"}
+    summary = report["summary"]
+    assert sum(summary.values()) == len(report["findings"])
+    assert summary["fail"] == len(DRIFTED_FAILS)
+
+
+def test_junit_output_loads_in_a_junit_reader(run_cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "report.xml"
+    result = run_cli("audit", "--simulate", "hgx-h100-drifted", "--format", "junit", "--output", str(out))
+    assert result.code == 1 and result.stdout == ""
+    xml = junitparser.JUnitXml.fromfile(str(out))
+    failed = set()
+    total = 0
+    for suite in xml:
+        for case in suite:
+            total += 1
+            if any(isinstance(r, junitparser.Failure) for r in case.result):
+                failed.add((case.classname, case.name))
+    assert failed == DRIFTED_FAILS
+    _, report = audit(run_cli, "hgx-h100-drifted")
+    assert total == len(report["findings"])
+
+
+def test_prom_output_is_textfile_format_with_every_status_series(run_cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "textfile" / "nodewarden.prom"
+    result = run_cli("audit", "--simulate", "hgx-h100-drifted", "--format", "prom", "--output", str(out))
+    assert result.code == 1
+    assert sorted(os.listdir(out.parent)) == ["nodewarden.prom"]  # no temp file left behind
+    families = {f.name: f for f in text_string_to_metric_families(out.read_text())}
+    samples = families["nodewarden_check_status"].samples
+    rmem = {s.labels["status"]: s.value for s in samples
+            if s.labels["check"] == "host.sysctl" and s.labels["subject"] == "net.core.rmem_max"}
+    assert rmem == {"pass": 0, "warn": 0, "fail": 1, "unknown": 0, "skip": 0, "fixed": 0}
+    failing = {(s.labels["check"], s.labels["subject"]) for s in samples
+               if s.labels["status"] == "fail" and s.value == 1}
+    assert failing == DRIFTED_FAILS
+    up = {s.labels["source"]: s.value for s in families["nodewarden_source_up"].samples}
+    assert up == {"host": 1, "kmsg": 1}  # sources not in the snapshot export no up series
+    assert families["nodewarden_profile_info"].samples[0].labels == {"profile": "hgx-h100-sxm"}
+
+
+def test_table_shows_fails_first_and_a_summary(run_cli: RunCli) -> None:
+    result = run_cli("audit", "--simulate", "hgx-h100-drifted", "--format", "table")
+    assert result.code == 1
+    lines = result.stdout.splitlines()
+    assert lines[-1].startswith("6 fail, 0 warn, 0 unknown, 28 pass, 3 skip, 0 waived")
+    assert "\x1b[" not in result.stdout  # no colour when stdout is not a terminal
+    statuses = [line.split()[0] for line in lines if line.startswith("  ") and line.split()[0] in
+                {"fail", "pass", "skip", "warn", "unknown"}]
+    assert "pass" not in statuses  # passes hidden without -v
+    verbose = run_cli("-v", "audit", "--simulate", "hgx-h100-drifted", "--format", "table")
+    assert verbose.stdout.count(" pass ") >= 28
+    host_block = verbose.stdout.split("HOST\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    first_pass = next(i for i, line in enumerate(host_block) if line.split()[0] == "pass")
+    assert all(line.split()[0] != "fail" for line in host_block[first_pass:])
+
+
+def test_only_and_skip_select_checks(run_cli: RunCli) -> None:
+    _, report = audit(run_cli, "hgx-h100-drifted", "--only", "host.thp.*", "--only", "net.*")
+    assert {f["check"] for f in report["findings"]} == {"host.thp.enabled", "host.thp.defrag", "net.mtu",
+                                                         "profile.match", "source.available"}
+    _, skipped = audit(run_cli, "hgx-h100-drifted", "--skip", "host.*", "--skip", "source.*")
+    assert {f["check"] for f in skipped["findings"]} == {"net.mtu", "profile.match"}
+
+
+def test_forced_profile_is_reported(run_cli: RunCli) -> None:
+    _, report = audit(run_cli, "hgx-h100-drifted", "--profile", "generic-nvidia")
+    match = next(f for f in report["findings"] if f["check"] == "profile.match")
+    assert match["status"] == "pass" and "--profile" in match["message"]
+    assert not any(f["check"] == "net.mtu" for f in report["findings"])  # generic has no MTU rules
+
+
+def waiver_config(tmp_path: Path, entries: str) -> Path:
+    waivers = tmp_path / "waivers.yaml"
+    waivers.write_text(entries)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"waivers_file: {waivers}\n")
+    return config
+
+
+def test_waived_findings_never_fail_the_exit_code(run_cli: RunCli, tmp_path: Path) -> None:
+    config = waiver_config(tmp_path, "waivers:\n" + "".join(
+        f"  - {{check: '{c}', subject: '{s}', reason: 'accepted for the test', expires: '2099-01-01'}}\n"
+        for c, s in sorted(DRIFTED_FAILS)))
+    code, report = audit(run_cli, "hgx-h100-drifted", "--config", str(config))
+    assert code == 0
+    assert report["summary"]["waived"] == 6 and report["summary"]["fail"] == 0
+    waived = [f for f in report["findings"] if f["waiver"]]
+    assert {f["status"] for f in waived} == {"fail"}  # evaluated status is kept
+    assert waived[0]["waiver"] == {"reason": "accepted for the test", "expires": "2099-01-01"}
+
+
+def test_waiver_globs_and_expired_waivers(run_cli: RunCli, tmp_path: Path) -> None:
+    config = waiver_config(tmp_path, """
+waivers:
+  - check: "host.*"
+    reason: host tuning is owned by another team
+    expires: "2099-12-31"
+  - check: net.mtu
+    subject: "enp156*"
+    reason: cable swap pending
+    expires: "2020-01-01"
+""")
+    code, report = audit(run_cli, "hgx-h100-drifted", "--config", str(config))
+    assert code == 1  # the expired waiver no longer covers the MTU fail
+    assert fails(report) == {("net.mtu", "enp156s0np0")}
+    expired = [f for f in report["findings"] if f["check"] == "waiver.expired"]
+    assert len(expired) == 1 and expired[0]["status"] == "warn"
+    assert "expired 2020-01-01" in expired[0]["message"] and f"{tmp_path / 'waivers.yaml'}:6" in expired[0]["message"]
+
+
+@pytest.mark.parametrize(("body", "line", "text"), [
+    ("waivers:\n  - {check: x, reason: r}\n", 2, "missing required key 'expires'"),
+    ("waivers:\n  - {check: x, reason: r, expires: 'soon'}\n", 2, "does not match"),
+    ("waivers:\n  - {check: x, reason: r, expires: '2025-02-30'}\n", 2, "is not a date"),
+    ("waivers: [\n", 2, "invalid YAML"),
+])
+def test_bad_waiver_file_exits_2_with_location(run_cli: RunCli, tmp_path: Path, body: str, line: int,
+                                               text: str) -> None:
+    config = waiver_config(tmp_path, body)
+    result = run_cli("audit", "--simulate", "hgx-h100-healthy", "--config", str(config), "--format", "json")
+    assert result.code == 2
+    assert f"{tmp_path / 'waivers.yaml'}:{line}:" in result.stderr and text in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_config_exits_2(run_cli: RunCli, tmp_path: Path) -> None:
+    missing = run_cli("audit", "--simulate", "hgx-h100-healthy", "--config", str(tmp_path / "nope.yaml"))
+    assert missing.code == 2 and "config file does not exist" in missing.stderr
+    config = tmp_path / "config.yaml"
+    config.write_text("profile: auto\nbmc:\n  url: http://x\n  pasword_file: /x\n")
+    typo = run_cli("audit", "--simulate", "hgx-h100-healthy", "--config", str(config))
+    assert typo.code == 2
+    assert f"{config}:4: bmc.pasword_file: unknown key 'pasword_file'" in typo.stderr
+
+
+def copy_node(tmp_path: Path, name: str = "hgx-h100-drifted", writable_fs: bool = False) -> Path:
+    """A copy of a simulated node; fs/ is a symlink to the original unless it must be edited."""
+    from agent.snapshot import simulated_path
+
+    source = simulated_path(name)
+    target = tmp_path / "snap"
+    if writable_fs:
+        shutil.copytree(source, target)
+        return target
+    target.mkdir()
+    for item in source.iterdir():
+        if item.name == "fs":
+            (target / "fs").symlink_to(item, target_is_directory=True)
+        else:
+            shutil.copy2(item, target / item.name)
+    return target
+
+
+def test_snapshot_capture_of_a_simulated_node_replays_identically(run_cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "copy"
+    result = run_cli("snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out))
+    assert result.code == 0 and "captured host, kmsg" in result.stdout
+    _, original = audit(run_cli, "hgx-h100-drifted")
+    replayed = run_cli("audit", "--snapshot", str(out), "--format", "json")
+    replay = replayed.json()
+    assert replayed.code == 1
+    strip = [{k: v for k, v in f.items() if k != "message" or f["check"] != "source.available"}
+             for f in original["findings"]]
+    assert [{k: v for k, v in f.items() if k != "message" or f["check"] != "source.available"}
+            for f in replay["findings"]] == strip
+    again = run_cli("snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out))
+    assert again.code == 2 and "refusing to overwrite" in again.stderr
+
+
+@pytest.mark.parametrize(("breakage", "text"), [
+    ("no_meta", "meta.yaml is missing"),
+    ("broken_meta", "meta.yaml:3"),
+    ("no_fs", "fs/ is missing"),
+    ("bad_links", "fs_links.json"),
+    ("missing_dir", "does not exist"),
+])
+def test_broken_snapshot_exits_2(run_cli: RunCli, tmp_path: Path, breakage: str, text: str) -> None:
+    snap = copy_node(tmp_path)
+    if breakage == "no_meta":
+        (snap / "meta.yaml").unlink()
+    elif breakage == "broken_meta":
+        (snap / "meta.yaml").write_text("hostname: x\ncaptured: [host\n")
+    elif breakage == "no_fs":
+        (snap / "fs").unlink()
+    elif breakage == "bad_links":
+        (snap / "fs_links.json").write_text("{not json")
+    elif breakage == "missing_dir":
+        shutil.rmtree(snap)
+    result = run_cli("audit", "--snapshot", str(snap), "--format", "json")
+    assert result.code == 2, result.stderr
+    assert text in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_snapshot_without_host_data_cannot_run(run_cli: RunCli, tmp_path: Path) -> None:
+    snap = copy_node(tmp_path)
+    (snap / "meta.yaml").write_text("hostname: x\ncaptured: [kmsg]\n")
+    result = run_cli("audit", "--snapshot", str(snap), "--format", "json")
+    assert result.code == 3 and "holds no host data" in result.stderr
+
+
+def test_partial_and_corrupt_kernel_files_become_unknown_findings(run_cli: RunCli, tmp_path: Path) -> None:
+    snap = copy_node(tmp_path, writable_fs=True)
+    (snap / "fs/sys/kernel/mm/transparent_hugepage/enabled").write_bytes(b"always \xff[madvise] never\n")
+    (snap / "fs/proc/sys/net/core/rmem_max").unlink()
+    result = run_cli("audit", "--snapshot", str(snap), "--format", "json")
+    report = result.json()
+    by_key = {(f["check"], f["subject"]): f for f in report["findings"]}
+    thp = by_key[("host.thp.enabled", "node")]
+    assert thp["status"] == "unknown"
+    assert "/sys/kernel/mm/transparent_hugepage/enabled is not valid UTF-8" in thp["message"]
+    rmem = by_key[("host.sysctl", "net.core.rmem_max")]
+    assert rmem["status"] == "unknown" and "/proc/sys/net/core/rmem_max is absent" in rmem["message"]
+    assert result.code == 1  # the other drifts still fail
+
+
+def test_version_and_help(run_cli: RunCli) -> None:
+    version = run_cli("--version")
+    assert version.code == 0 and version.stdout.strip() == "nodewarden, version 0.1.0"
+    helptext = run_cli("audit", "--help")
+    assert helptext.code == 0 and "--simulate" in helptext.stdout and "--only" in helptext.stdout
+
+
+def test_json_report_is_stable_json(run_cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    result = run_cli("audit", "--simulate", "hgx-h100-healthy", "--format", "json", "--output", str(out))
+    assert result.code == 0 and result.stdout == ""
+    assert json.loads(out.read_text())["summary"]["fail"] == 0
