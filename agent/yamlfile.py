@@ -67,7 +67,7 @@ def parse_yaml(text: str, source: str, error: type[NodewardenError] = Nodewarden
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
-        if exc.context and exc.context_mark and exc.problem_mark and exc.context_mark.line != mark.line:
+        if exc.context and exc.context_mark and exc.problem_mark and exc.context_mark.line != exc.problem_mark.line:
             problem += f" ({exc.context} started at line {exc.context_mark.line + 1})"
         raise error(f"invalid YAML: {problem}", path=source,
                     line=(mark.line + 1) if mark else None) from None
