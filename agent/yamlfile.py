@@ -67,8 +67,9 @@ def parse_yaml(text: str, source: str, error: type[NodewardenError] = Nodewarden
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
-        if exc.context and exc.context_mark and exc.problem_mark and exc.context_mark.line != exc.problem_mark.line:
-            problem += f" ({exc.context} started at line {exc.context_mark.line + 1})"
+        start, end = exc.context_mark, exc.problem_mark
+        if exc.context and start and end and start.line != end.line:
+            problem += f" ({exc.context} started at line {start.line + 1})"
         raise error(f"invalid YAML: {problem}", path=source,
                     line=(mark.line + 1) if mark else None) from None
     except yaml.YAMLError as exc:
