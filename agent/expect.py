@@ -24,8 +24,13 @@ def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
     Numeric parts compare as numbers (leading zeros ignored); other parts
     compare as text and sort after numbers, so '1.2a' > '1.2'.
     """
-    parts = re.split(r"[.\-_]", str(text).strip())
+    parts = re.split(r"[.\-_]", str(text).strip().lstrip("vV"))
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p != "")
+
+
+def _looks_like_version(value: Any) -> bool:
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool) and bool(
+        re.match(r"^\s*v?\d", str(value)))
 
 
 def _as_number(value: Any) -> float | None:
@@ -57,7 +62,8 @@ def _numbers(value: Any) -> list[float] | None:
 
 def _same(observed: Any, expected: Any) -> bool:
     if isinstance(expected, bool) or isinstance(observed, bool):
-        return bool(observed == expected)
+        # Booleans never equal numbers: `equals: 0` must not pass on False.
+        return type(observed) is type(expected) and observed == expected
     obs_n, exp_n = _numbers(observed), _numbers(expected)
     if obs_n is not None and exp_n is not None:
         return obs_n == exp_n
@@ -153,8 +159,9 @@ def _compare(op: str, observed: Any, value: Any) -> bool | None:
     if op == "range":
         low, high = _at_least(observed, value[0]), _at_most(observed, value[1])
         return None if low is None or high is None else low and high
-    if op == "version_min":
-        return version_key(str(observed)) >= version_key(str(value))
-    if op == "version_max":
-        return version_key(str(observed)) <= version_key(str(value))
+    if op in ("version_min", "version_max"):
+        if not _looks_like_version(observed):
+            return None  # "N/A", "unknown", None: not a version, so not comparable
+        ordered = version_key(str(observed)), version_key(str(value))
+        return ordered[0] >= ordered[1] if op == "version_min" else ordered[0] <= ordered[1]
     raise ValueError(f"unknown comparator {op}")

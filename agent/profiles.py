@@ -241,9 +241,10 @@ def _shift(lines: LineMap, prefix: str) -> LineMap:
 
 def _compile_match(data: Mapping[str, Any]) -> MatchRule:
     count = data.get("gpu_count", ())
+    counts = [count] if isinstance(count, (int, float)) else list(count)
     return MatchRule(
         gpu_pci_ids=tuple(str(x).lower() for x in data.get("gpu_pci_ids", ())),
-        gpu_count=(count,) if isinstance(count, int) else tuple(count),
+        gpu_count=tuple(int(c) for c in counts),  # 8.0 is a valid JSON Schema integer
         dmi=tuple(sorted((k, tuple(v)) for k, v in (data.get("dmi") or {}).items())),
     )
 

@@ -116,10 +116,10 @@ class Validator:
             names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
             if not any(_is_type(value, n) for n in names):
                 return [SchemaError(path, f"expected {' or '.join(names)}, got {_short(value)}")]
-        if "enum" in schema and value not in schema["enum"]:
+        if "enum" in schema and not any(json_equal(value, v) for v in schema["enum"]):
             allowed = ", ".join(str(v) for v in schema["enum"])
             return [SchemaError(path, f"{_short(value)} is not one of: {allowed}")]
-        if "const" in schema and value != schema["const"]:
+        if "const" in schema and not json_equal(value, schema["const"]):
             return [SchemaError(path, f"must be {schema['const']!r}")]
         errors: list[SchemaError] = []
         if isinstance(value, dict):
@@ -194,7 +194,7 @@ class Validator:
         if schema.get("uniqueItems"):
             seen: list[Any] = []
             for item in value:
-                if item in seen:
+                if any(json_equal(item, other) for other in seen):
                     errors.append(SchemaError(path, f"duplicate item {_short(item)}"))
                 seen.append(item)
         if "items" in schema:
@@ -229,7 +229,20 @@ class Validator:
 def _is_type(value: Any, name: str) -> bool:
     if isinstance(value, bool):
         return name == "boolean"
+    if name == "integer" and isinstance(value, float):
+        return value.is_integer()  # JSON Schema: 8.0 is an integer
     return isinstance(value, _TYPES[name])
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality as JSON Schema defines it: true is not 1, 1 equals 1.0."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
 
 
 def validate_document(data: Any, lines: LineMap, source: str, validator: Validator,

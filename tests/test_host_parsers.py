@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.facts import HostFacts, KmsgRecord, PciFunction, parse_kernel_cmdline
+from agent.facts import CpuFacts, HostFacts, KmsgRecord, PciFunction, parse_kernel_cmdline
 from agent.model import Unknown
 from agent.sources import kmsg
 from agent.sources.fsroot import MAX_FILE_BYTES, LiveFs
@@ -587,7 +587,7 @@ def test_host_facts_kernel_params_and_gpus() -> None:
     facts = HostFacts(
         hostname="n", kernel_release="6.8", sysctl={}, thp_enabled="madvise", thp_defrag="madvise",
         numa_nodes=(0,), cmdline="ro iommu=pt", dmi={}, secure_boot="enabled", nvidia_driver="550.90.07",
-        pci=(gpu, vga, nvswitch, other), modules={}, interfaces=(), cpu=read_cpu(LiveFs("/nonexistent-root")),
+        pci=(gpu, vga, nvswitch, other), modules={}, interfaces=(), cpu=CpuFacts(*[Unknown("n/a")] * 5),
     )
     assert facts.kernel_params == {"ro": None, "iommu": "pt"}
     assert facts.nvidia_gpus == (gpu, vga)
@@ -667,14 +667,14 @@ def test_read_recorded_kmsg(tmp_path: Path) -> None:
     assert isinstance(missing, Unknown) and "absent.txt" in missing.reason
 
 
-SHARED_XID = Path(__file__).resolve().parents[2] / "shared" / "data" / "xid" / "gpud"
+KERNEL_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "kmsg"
 _PREFIXES = (r"^\d+,\d+,\d+,", r"^\[\s*\d+\.\d+\]", r"^\d{4}-\d{2}-\d{2}T", r"^[a-z]+\s*:[a-z]+\s*: ")
 
 
 @pytest.mark.parametrize("name", ["kmsg.1.log", "dmesg.0.log", "dmesg.decode.iso.log.0"])
 def test_real_kernel_logs_parse_without_format_prefixes(name: str) -> None:
-    """Real dumps (gpud test data, in ../shared beside the repo): one record per line, prefix removed."""
-    lines = (SHARED_XID / name).read_text(encoding="utf-8").splitlines()
+    """Real dumps (gpud test data, fixtures/kmsg): one record per line, prefix removed."""
+    lines = (KERNEL_LOGS / name).read_text(encoding="utf-8").splitlines()
     expected = sum(1 for line in lines if line.strip() and not line.startswith(" "))
     records = parse_kmsg_text(lines)
     assert expected > 30

@@ -214,7 +214,10 @@ class SnapshotFs:
         return target
 
     def is_dir(self, path: str) -> bool:
-        rel = self._resolve(path)
+        try:
+            rel = self._resolve(path)
+        except OSError:  # a link loop is "not a directory", as os.path.isdir says
+            return False
         return rel in self._link_children or (self.base / rel).is_dir()
 
 
@@ -310,4 +313,10 @@ class RecordingFs:
         return self.inner.readlink(path)
 
     def is_dir(self, path: str) -> bool:
-        return self.inner.is_dir(path)
+        # A directory the reader only tested for (bonding/, efivars/) must exist
+        # on replay too, or the replay would answer differently.
+        self._record_links_on(path)
+        found = self.inner.is_dir(path)
+        if found:
+            self.dirs.add(self.inner.realpath(path).lstrip("/"))
+        return found

@@ -186,7 +186,8 @@ def read_nvidia_driver(fs: FsRoot) -> str | Unknown:
         return text
     match = _NVIDIA_VERSION_RE.search(text)
     if not match:
-        return Unknown(f"{NVIDIA_VERSION_FILE}: no driver version in {text.splitlines()[0][:80]!r}")
+        first = text.splitlines()[0][:80] if text else ""
+        return Unknown(f"{NVIDIA_VERSION_FILE}: no driver version in {first!r}")
     return match.group(1)
 
 
@@ -332,7 +333,21 @@ def read_interfaces(fs: FsRoot) -> tuple[NetInterface, ...] | Unknown:
     if isinstance(names, Unknown):
         return names
     rdma = _read_rdma_ports(fs)
-    return tuple(read_interface(fs, n, rdma) for n in names if IFNAME_RE.match(n) and n not in (".", ".."))
+    return tuple(read_interface(fs, n, rdma) for n in names
+                 if IFNAME_RE.match(n) and n not in (".", "..") and _is_interface_entry(fs, n))
+
+
+def _is_interface_entry(fs: FsRoot, name: str) -> bool:
+    # Interfaces are links to (or, in old kernels, directories of) device dirs;
+    # bonding_masters is a plain file. A broken link is kept so it shows up.
+    path = f"{NET_DIR}/{name}"
+    if fs.is_dir(path):
+        return True
+    try:
+        fs.readlink(path)
+    except OSError:
+        return False
+    return True
 
 
 def read_cpu(fs: FsRoot) -> CpuFacts:

@@ -23,6 +23,9 @@ _RECORD_BYTES = 8192  # /dev/kmsg returns one record per read; EINVAL if the buf
 _KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
 _DMESG_RE = re.compile(r"^\[\s*(\d+)\.(\d+)\]\s?(.*)$")
 _ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[,.]\d+[+-]\d{2}:?\d{2}\s(.*)$")
+# `dmesg --decode`: "kern  :warn  : <rest>"
+_DECODED_RE = re.compile(r"^([a-z]+)\s*:([a-z]+)\s*: (.*)$")
+_LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
 
 
 def parse_kmsg_line(line: str) -> KmsgRecord | None:
@@ -38,6 +41,11 @@ def parse_kmsg_line(line: str) -> KmsgRecord | None:
             seq=int(match.group(2)),
             ts_usec=int(match.group(3)),
         )
+    decoded = _DECODED_RE.match(line)
+    if decoded and decoded.group(2) in _LEVELS:
+        inner = parse_kmsg_line(decoded.group(3))
+        if inner is not None:
+            return KmsgRecord(message=inner.message, priority=_LEVELS[decoded.group(2)], ts_usec=inner.ts_usec)
     match = _DMESG_RE.match(line)
     if match:
         usec = int(match.group(1)) * 1_000_000 + int(match.group(2).ljust(6, "0")[:6])
@@ -90,8 +98,11 @@ def read_live_kmsg(device: str = KMSG_DEVICE) -> tuple[tuple[KmsgRecord, ...] | 
                 return Unknown(f"{device}: {exc.strerror}"), raw
             if not chunk:
                 break
-            # A record may carry " KEY=value" dictionary lines after the first.
-            raw.append(chunk.split(b"\n", 1)[0].decode("utf-8", "backslashreplace"))
+            # /dev/kmsg returns one record per read, followed by " KEY=value"
+            # dictionary lines; a regular file (a saved log) returns many records.
+            for line in chunk.decode("utf-8", "backslashreplace").split("\n"):
+                if line and not line.startswith(" "):
+                    raw.append(line)
     finally:
         os.close(fd)
     return parse_kmsg_text(raw), raw
