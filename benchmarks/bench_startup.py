@@ -47,7 +47,8 @@ def main() -> int:
     loaded = heavy_imports(["audit", "--simulate", "hgx-h100-drifted", "--format", "json"])
     print(f"heavy libraries imported by a simulated audit: {loaded or 'none'}")
     ok = version_ratio <= 1.5 and audit_ratio <= 3.0 and not loaded
-    print("PASS" if ok else "FAIL", f"(--version x{version_ratio:.2f} <= 1.5, audit x{audit_ratio:.2f} <= 3.0)")
+    verdict = "PASS" if ok else "FAIL"
+    print(verdict, f"(--version x{version_ratio:.2f} <= 1.5, audit x{audit_ratio:.2f} <= 3.0)")
     return 0 if ok else 1
 
 

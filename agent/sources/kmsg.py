@@ -45,7 +45,8 @@ def parse_kmsg_line(line: str) -> KmsgRecord | None:
     if decoded and decoded.group(2) in _LEVELS:
         inner = parse_kmsg_line(decoded.group(3))
         if inner is not None:
-            return KmsgRecord(message=inner.message, priority=_LEVELS[decoded.group(2)], ts_usec=inner.ts_usec)
+            level = _LEVELS[decoded.group(2)]
+            return KmsgRecord(message=inner.message, priority=level, ts_usec=inner.ts_usec)
     match = _DMESG_RE.match(line)
     if match:
         usec = int(match.group(1)) * 1_000_000 + int(match.group(2).ljust(6, "0")[:6])
