@@ -309,3 +309,14 @@ def test_json_report_is_stable_json(run_cli: RunCli, tmp_path: Path) -> None:
     result = run_cli("audit", "--simulate", "hgx-h100-healthy", "--format", "json", "--output", str(out))
     assert result.code == 0 and result.stdout == ""
     assert json.loads(out.read_text())["summary"]["fail"] == 0
+
+
+def test_table_colours_statuses_only_when_asked() -> None:
+    from agent.config import Config
+    from agent.engine import AuditRequest, run_audit
+    from agent.report import render
+
+    report = run_audit(AuditRequest(config=Config(), simulate="hgx-h100-drifted"))
+    coloured = render(report, "table", color=True)
+    assert "\x1b[31m\x1b[1mfail" in coloured  # red, bold
+    assert "\x1b[" not in render(report, "table", color=False)
