@@ -139,6 +139,7 @@ class HostFacts:
     modules: Maybe[dict[str, str]]  # name -> state (Live, Loading, Unloading)
     interfaces: Maybe[tuple[NetInterface, ...]]
     cpu: CpuFacts
+    uptime_s: Maybe[float] = Unknown("uptime was not read")
 
     @property
     def kernel_params(self) -> Maybe[dict[str, str | None]]:
@@ -173,6 +174,8 @@ class NodeFacts:
     kmsg: Maybe[tuple[KmsgRecord, ...]]
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     profile_match: ProfileMatch | None = None
+    nvml: Maybe[NvmlFacts] = Unknown("NVML was not read")
+    xids: Maybe[tuple[XidEvent, ...]] = ()
 
 
 def parse_kernel_cmdline(cmdline: str) -> dict[str, str | None]:
@@ -203,3 +206,103 @@ def _split_cmdline(cmdline: str) -> list[str]:
     if current:
         tokens.append("".join(current))
     return tokens
+
+
+# --- GPUs (NVML) -------------------------------------------------------------------------------
+
+CLOCK_EVENT_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+    "display_clocks": 0x100,
+}
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One GPU as NVML describes it. Every value may be Unknown or Unsupported."""
+
+    index: int
+    lost: str | None = None  # why the GPU is gone (NVML GpuIsLost), None if present
+    name: Maybe[str] = Unknown("not read")
+    uuid: Maybe[str] = Unknown("not read")
+    serial: Maybe[str] = Unknown("not read")
+    pci_bus_id: Maybe[str] = Unknown("not read")  # normalised: 0000:19:00.0
+    pci_id: Maybe[str] = Unknown("not read")  # vendor:device, e.g. 10de:2330
+    architecture: Maybe[int] = Unknown("not read")  # NVML_DEVICE_ARCH_*
+    compute_capability: Maybe[str] = Unknown("not read")
+    vbios: Maybe[str] = Unknown("not read")
+    inforom_image: Maybe[str] = Unknown("not read")
+    inforom_valid: Maybe[str] = Unknown("not read")  # "valid" or the NVML error text
+    persistence_mode: Maybe[str] = Unknown("not read")  # enabled | disabled
+    compute_mode: Maybe[str] = Unknown("not read")  # Default | Exclusive_Process | Prohibited
+    mig_mode: Maybe[str] = Unknown("not read")  # current: enabled | disabled
+    mig_pending: Maybe[str] = Unknown("not read")
+    ecc_mode: Maybe[str] = Unknown("not read")  # current: enabled | disabled
+    ecc_pending: Maybe[str] = Unknown("not read")
+    ecc_volatile_uncorrected: Maybe[int] = Unknown("not read")
+    ecc_volatile_corrected: Maybe[int] = Unknown("not read")
+    ecc_aggregate_uncorrected: Maybe[int] = Unknown("not read")
+    ecc_aggregate_corrected: Maybe[int] = Unknown("not read")
+    retired_sbe: Maybe[int] = Unknown("not read")
+    retired_dbe: Maybe[int] = Unknown("not read")
+    retired_pending: Maybe[bool] = Unknown("not read")
+    remapped_correctable: Maybe[int] = Unknown("not read")
+    remapped_uncorrectable: Maybe[int] = Unknown("not read")
+    remap_pending: Maybe[bool] = Unknown("not read")
+    remap_failure: Maybe[bool] = Unknown("not read")
+    temperature_c: Maybe[int] = Unknown("not read")
+    memory_temperature_c: Maybe[int] = Unknown("not read")
+    shutdown_c: Maybe[int] = Unknown("not read")
+    slowdown_c: Maybe[int] = Unknown("not read")
+    gpu_max_c: Maybe[int] = Unknown("not read")
+    memory_max_c: Maybe[int] = Unknown("not read")
+    power_w: Maybe[float] = Unknown("not read")
+    power_limit_w: Maybe[float] = Unknown("not read")
+    default_limit_w: Maybe[float] = Unknown("not read")
+    min_limit_w: Maybe[float] = Unknown("not read")
+    max_limit_w: Maybe[float] = Unknown("not read")
+    enforced_limit_w: Maybe[float] = Unknown("not read")
+    clock_events: Maybe[int] = Unknown("not read")  # bitmask, see CLOCK_EVENT_BITS
+    pcie_gen: Maybe[int] = Unknown("not read")
+    pcie_gen_max: Maybe[int] = Unknown("not read")
+    pcie_width: Maybe[int] = Unknown("not read")
+    pcie_width_max: Maybe[int] = Unknown("not read")
+    pcie_replays: Maybe[int] = Unknown("not read")
+    nvlink_states: Maybe[tuple[int, ...]] = Unknown("not read")  # per link: 1 active, 0 not
+    nvlink_errors: Maybe[dict[str, int]] = Unknown("not read")  # crc_flit, crc_data, replay, recovery
+    fabric_state: Maybe[str] = Unknown("not read")  # not_started | in_progress | completed
+    fabric_status: Maybe[str] = Unknown("not read")  # success or the NVML error text
+    recovery_action: Maybe[int] = Unknown("not read")  # NVML_GPU_RECOVERY_ACTION_*
+    calls: int = 0
+
+    @property
+    def label(self) -> str:
+        bus = self.pci_bus_id if isinstance(self.pci_bus_id, str) else "?"
+        return f"GPU {self.index} ({bus})"
+
+
+@dataclass(frozen=True)
+class NvmlFacts:
+    driver_version: Maybe[str]
+    cuda_driver_version: Maybe[str]  # "12.4"
+    nvml_version: Maybe[str]
+    device_count: int
+    gpus: tuple[GpuFacts, ...]
+    calls: int = 0  # NVML calls made for this reading (batched reads count once)
+    incomplete: str | None = None  # why some GPUs were not read (a hung call)
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """An Xid reported by the NVIDIA driver in the kernel log."""
+
+    pci_bus_id: str  # 0000:19:00.0 (the log prints domain:bus:device; function 0 assumed)
+    xid: int
+    message: str
+    ts_usec: int | None = None

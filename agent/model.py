@@ -37,6 +37,11 @@ class Unknown:
     reason: str
 
 
+@dataclass(frozen=True)
+class Unsupported(Unknown):
+    """A fact this device or driver does not provide (NVML NotSupported): checks skip it."""
+
+
 def is_known(value: object) -> bool:
     return not isinstance(value, Unknown)
 

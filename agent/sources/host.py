@@ -452,4 +452,5 @@ def read_host_facts(fs: FsRoot, sysctl_keys: Iterable[str] = ()) -> HostFacts:
         modules=read_modules(fs),
         interfaces=read_interfaces(fs),
         cpu=read_cpu(fs),
+        uptime_s=read_value(fs, "/proc/uptime", lambda text: float(text.split()[0])),
     )
