@@ -19,14 +19,15 @@ from typing import Any, TypeVar
 from agent import __version__
 from agent.config import Config
 from agent.errors import AuditError, NodewardenError
-from agent.facts import HostFacts, KmsgRecord, NodeFacts, ProfileMatch
+from agent.facts import HostFacts, KmsgRecord, NodeFacts, NvmlFacts, ProfileMatch
 from agent.matching import identify, select
-from agent.model import Finding, SourceStatus, Status, Unknown
+from agent.model import Finding, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import ProfileStore
 from agent.snapshot import Snapshot, open_snapshot, simulated_path
 from agent.sources.fsroot import FsRoot, LiveFs
-from agent.sources.host import read_host_facts, read_sysctls
+from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
 from agent.sources.kmsg import read_live_kmsg, read_recorded_kmsg
+from agent.sources.xid import parse_xids
 from agent.waivers import apply_waivers, load_waivers
 from checks import Check, all_checks, run_checks
 
@@ -34,6 +35,7 @@ T = TypeVar("T")
 REPORT_SCHEMA = "nodewarden.report/v1"
 # Checks about the audit itself: kept under --only unless skipped by name.
 ALWAYS_CHECKS = ("profile.match", "source.available")
+NVML_SOURCES = ("nvml", "crosscheck")
 
 
 @dataclass
@@ -45,6 +47,7 @@ class AuditRequest:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     today: dt.date | None = None
+    nvml_timeout_s: float = 10.0
 
 
 @dataclass
@@ -67,6 +70,19 @@ class NodeSource:
 
     def captured(self, source: str) -> bool:
         return self.snapshot is None or self.snapshot.has(source)
+
+    def read_nvml(self, timeout_s: float) -> tuple[NvmlFacts | Unknown, SourceStatus]:
+        from agent.sources import nvml  # pynvml only when GPUs are read
+
+        if self.snapshot is None:
+            return nvml.probe_live_nvml(timeout_s)
+        if not self.snapshot.has("nvml"):
+            return Unknown("not in snapshot"), SourceStatus("nvml", ok=False, configured=False,
+                                                            error="not in snapshot")
+        backend = nvml.RecordedNvml.from_file(self.snapshot.path / "nvml.json")
+        facts, status = nvml.read_nvml(backend, timeout_s)
+        status.detail["recorded"] = True
+        return facts, status
 
 
 def open_node(request: AuditRequest) -> NodeSource:
@@ -180,12 +196,24 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     node = open_node(request)
     sources: dict[str, SourceStatus] = {}
 
-    if not node.captured("host"):
-        raise AuditError("the snapshot holds no host data (meta.yaml `captured` lacks host)")
-    host, sources["host"] = _read_host(node)
+    if node.captured("host"):
+        host, sources["host"] = _read_host(node)
+    elif node.captured("nvml"):
+        host = absent_host_facts("not in this snapshot (it holds NVML data only)")
+        sources["host"] = SourceStatus("host", ok=False, configured=False, error="not in snapshot")
+    else:
+        raise AuditError("the snapshot holds neither host nor NVML data (see `captured` in meta.yaml)")
+
+    checks = select_checks(all_checks(), request.only, request.skip)
+    nvml: NvmlFacts | Unknown
+    if any(c.source in NVML_SOURCES for c in checks if c.id not in ALWAYS_CHECKS):
+        nvml, sources["nvml"] = node.read_nvml(request.nvml_timeout_s)
+    else:
+        nvml = Unknown("not read: no selected check needs NVML")
+        sources["nvml"] = SourceStatus("nvml", ok=False, configured=False, error="not needed by the selected checks")
 
     store = store or ProfileStore(config.profile_dirs, config.overrides_file)
-    identity = identify(host)
+    identity = identify(host, nvml)
     forced = request.profile if request.profile not in (None, "auto") else (
         config.profile if request.profile is None and config.profile != "auto" else None)
     selection = select(identity, store, forced)
@@ -199,20 +227,19 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         if isinstance(kmsg, Unknown):
             sources["kmsg"].ok, sources["kmsg"].error = False, kmsg.reason
     else:
-        kmsg = Unknown("the snapshot holds no kernel log")
+        kmsg = Unsupported("the snapshot holds no kernel log")
         sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
+    xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
 
-    sources["nvml"] = _nvml_status(node)
     for bmc in ("redfish", "ipmi"):
         sources[bmc] = SourceStatus(bmc, ok=False, configured=False,
                                     error=f"not configured (--{'bmc' if bmc == 'redfish' else 'ipmi'})")
 
-    facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, profile_match=ProfileMatch(
+    facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, profile_match=ProfileMatch(
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems,
     ))
-    checks = select_checks(all_checks(), request.only, request.skip)
     findings = run_checks(checks, facts, profile)
     if config.waivers_file is not None:
         findings = apply_waivers(findings, load_waivers(config.waivers_file),
@@ -228,9 +255,3 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     )
 
 
-def _nvml_status(node: NodeSource) -> SourceStatus:
-    if node.recorded:
-        return SourceStatus("nvml", ok=False, configured=False, error="not in snapshot")
-    from agent.sources.nvml import probe_live_nvml  # pynvml only for live GPU reads
-
-    return probe_live_nvml()

@@ -18,6 +18,17 @@ from agent.model import Severity, Status
 COMPARATORS = ("equals", "one_of", "min", "max", "range", "version_min", "version_max")
 
 
+_HEX_VERSION = re.compile(r"^[0-9A-Fa-f]{2}(\.[0-9A-Fa-f]{2}){3,}$")
+
+
+def version_keys(observed: str, bound: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Keys to compare two versions; NVIDIA VBIOS versions are hex ("96.00.74.00.0D")."""
+    if _HEX_VERSION.match(observed.strip()) and _HEX_VERSION.match(bound.strip()):
+        return (tuple(int(p, 16) for p in observed.strip().split(".")),
+                tuple(int(p, 16) for p in bound.strip().split(".")))
+    return version_key(observed), version_key(bound)
+
+
 def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
     """Order dotted vendor versions: '96.00.74.00.01', '535.129.03', '2.3.5'.
 
@@ -88,6 +99,37 @@ def _at_most(observed: Any, bound: Any) -> bool | None:
 class Verdict:
     ok: bool
     detail: str  # the comparison that failed, or why it could not be made
+    comparable: bool = True  # False: the values could not be compared at all
+
+
+# A comparator value relative to what the device reports: "@slowdown_c - 10".
+REF_RE = re.compile(r"^@([a-z_][a-z0-9_]*)\s*(?:([-+*])\s*([0-9]+(?:\.[0-9]+)?))?$")
+
+
+def is_reference(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("@")
+
+
+def resolve_reference(value: str, refs: Mapping[str, Any]) -> float | str:
+    """The number a reference stands for, or a string saying why it has none."""
+    match = REF_RE.match(value.strip())
+    if not match:
+        return f"{value!r} is not a reference like '@slowdown_c - 10'"
+    name, op, operand = match.groups()
+    if name not in refs:
+        return f"the device reports no {name}"
+    base = refs[name]
+    reason = getattr(base, "reason", None)
+    if reason is not None:
+        return f"{name} is unknown ({reason})"
+    number = _as_number(base)
+    if number is None:
+        return f"{name} is not a number ({base!r})"
+    if op is None:
+        return number
+    amount = float(operand)
+    result = number - amount if op == "-" else number + amount if op == "+" else number * amount
+    return int(result) if float(result).is_integer() else round(result, 3)
 
 
 @dataclass(frozen=True)
@@ -111,6 +153,32 @@ class Expectation:
         return dict(self.options).get(name, default)
 
     @property
+    def relative(self) -> bool:
+        return any(is_reference(v) for _, v in self.comparators)
+
+    def resolve(self, refs: Mapping[str, Any]) -> Expectation | str:
+        """This expectation with `@name` references replaced by the device's values.
+
+        Returns a string saying why when a reference cannot be resolved.
+        """
+        if not self.relative:
+            return self
+        resolved: list[tuple[str, Any]] = []
+        notes: list[str] = []
+        for op, value in self.comparators:
+            if is_reference(value):
+                number = resolve_reference(value, refs)
+                if isinstance(number, str):
+                    return number
+                notes.append(f"{value[1:]} = {number}")
+                resolved.append((op, number))
+            else:
+                resolved.append((op, value))
+        options = (*self.options, ("_resolved_from", "; ".join(
+            f"{v}" for _, v in self.comparators if is_reference(v))))
+        return Expectation(tuple(resolved), self.severity, self.reason, options)
+
+    @property
     def expected(self) -> Any:
         """What the report shows under `expected`."""
         if len(self.comparators) == 1:
@@ -131,13 +199,15 @@ class Expectation:
                 parts.append(f"<= {value}")
             elif op == "range":
                 parts.append(f"in [{value[0]}, {value[1]}]")
-        return " and ".join(parts) or "(no comparison)"
+        text = " and ".join(parts) or "(no comparison)"
+        origin = self.option("_resolved_from")
+        return f"{text} ({origin})" if origin else text
 
     def evaluate(self, observed: Any) -> Verdict:
         for op, value in self.comparators:
             ok = _compare(op, observed, value)
             if ok is None:
-                return Verdict(False, f"cannot compare {observed!r} with {op} {value!r}")
+                return Verdict(False, f"cannot compare {observed!r} with {op} {value!r}", comparable=False)
             if not ok:
                 return Verdict(False, f"{observed} is not {self.describe()}")
         return Verdict(True, f"{observed} is {self.describe()}")
@@ -162,6 +232,6 @@ def _compare(op: str, observed: Any, value: Any) -> bool | None:
     if op in ("version_min", "version_max"):
         if not _looks_like_version(observed):
             return None  # "N/A", "unknown", None: not a version, so not comparable
-        ordered = version_key(str(observed)), version_key(str(value))
+        ordered = version_keys(str(observed), str(value))
         return ordered[0] >= ordered[1] if op == "version_min" else ordered[0] <= ordered[1]
     raise ValueError(f"unknown comparator {op}")

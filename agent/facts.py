@@ -16,6 +16,8 @@ T = TypeVar("T")
 # A fact or the reason it is unknown. Union[] because mypy rejects `T | X` aliases.
 Maybe: TypeAlias = Union[T, Unknown]  # noqa: UP007
 
+NOT_READ = Unknown("not read")  # immutable, so one shared default is safe
+
 PCI_VENDOR_NVIDIA = 0x10DE
 PCI_VENDOR_MELLANOX = 0x15B3
 _PCI_CLASS_DISPLAY_VGA = 0x0300
@@ -139,7 +141,7 @@ class HostFacts:
     modules: Maybe[dict[str, str]]  # name -> state (Live, Loading, Unloading)
     interfaces: Maybe[tuple[NetInterface, ...]]
     cpu: CpuFacts
-    uptime_s: Maybe[float] = Unknown("uptime was not read")
+    uptime_s: Maybe[float] = NOT_READ
 
     @property
     def kernel_params(self) -> Maybe[dict[str, str | None]]:
@@ -174,7 +176,7 @@ class NodeFacts:
     kmsg: Maybe[tuple[KmsgRecord, ...]]
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     profile_match: ProfileMatch | None = None
-    nvml: Maybe[NvmlFacts] = Unknown("NVML was not read")
+    nvml: Maybe[NvmlFacts] = NOT_READ
     xids: Maybe[tuple[XidEvent, ...]] = ()
 
 
@@ -229,56 +231,56 @@ class GpuFacts:
 
     index: int
     lost: str | None = None  # why the GPU is gone (NVML GpuIsLost), None if present
-    name: Maybe[str] = Unknown("not read")
-    uuid: Maybe[str] = Unknown("not read")
-    serial: Maybe[str] = Unknown("not read")
-    pci_bus_id: Maybe[str] = Unknown("not read")  # normalised: 0000:19:00.0
-    pci_id: Maybe[str] = Unknown("not read")  # vendor:device, e.g. 10de:2330
-    architecture: Maybe[int] = Unknown("not read")  # NVML_DEVICE_ARCH_*
-    compute_capability: Maybe[str] = Unknown("not read")
-    vbios: Maybe[str] = Unknown("not read")
-    inforom_image: Maybe[str] = Unknown("not read")
-    inforom_valid: Maybe[str] = Unknown("not read")  # "valid" or the NVML error text
-    persistence_mode: Maybe[str] = Unknown("not read")  # enabled | disabled
-    compute_mode: Maybe[str] = Unknown("not read")  # Default | Exclusive_Process | Prohibited
-    mig_mode: Maybe[str] = Unknown("not read")  # current: enabled | disabled
-    mig_pending: Maybe[str] = Unknown("not read")
-    ecc_mode: Maybe[str] = Unknown("not read")  # current: enabled | disabled
-    ecc_pending: Maybe[str] = Unknown("not read")
-    ecc_volatile_uncorrected: Maybe[int] = Unknown("not read")
-    ecc_volatile_corrected: Maybe[int] = Unknown("not read")
-    ecc_aggregate_uncorrected: Maybe[int] = Unknown("not read")
-    ecc_aggregate_corrected: Maybe[int] = Unknown("not read")
-    retired_sbe: Maybe[int] = Unknown("not read")
-    retired_dbe: Maybe[int] = Unknown("not read")
-    retired_pending: Maybe[bool] = Unknown("not read")
-    remapped_correctable: Maybe[int] = Unknown("not read")
-    remapped_uncorrectable: Maybe[int] = Unknown("not read")
-    remap_pending: Maybe[bool] = Unknown("not read")
-    remap_failure: Maybe[bool] = Unknown("not read")
-    temperature_c: Maybe[int] = Unknown("not read")
-    memory_temperature_c: Maybe[int] = Unknown("not read")
-    shutdown_c: Maybe[int] = Unknown("not read")
-    slowdown_c: Maybe[int] = Unknown("not read")
-    gpu_max_c: Maybe[int] = Unknown("not read")
-    memory_max_c: Maybe[int] = Unknown("not read")
-    power_w: Maybe[float] = Unknown("not read")
-    power_limit_w: Maybe[float] = Unknown("not read")
-    default_limit_w: Maybe[float] = Unknown("not read")
-    min_limit_w: Maybe[float] = Unknown("not read")
-    max_limit_w: Maybe[float] = Unknown("not read")
-    enforced_limit_w: Maybe[float] = Unknown("not read")
-    clock_events: Maybe[int] = Unknown("not read")  # bitmask, see CLOCK_EVENT_BITS
-    pcie_gen: Maybe[int] = Unknown("not read")
-    pcie_gen_max: Maybe[int] = Unknown("not read")
-    pcie_width: Maybe[int] = Unknown("not read")
-    pcie_width_max: Maybe[int] = Unknown("not read")
-    pcie_replays: Maybe[int] = Unknown("not read")
-    nvlink_states: Maybe[tuple[int, ...]] = Unknown("not read")  # per link: 1 active, 0 not
-    nvlink_errors: Maybe[dict[str, int]] = Unknown("not read")  # crc_flit, crc_data, replay, recovery
-    fabric_state: Maybe[str] = Unknown("not read")  # not_started | in_progress | completed
-    fabric_status: Maybe[str] = Unknown("not read")  # success or the NVML error text
-    recovery_action: Maybe[int] = Unknown("not read")  # NVML_GPU_RECOVERY_ACTION_*
+    name: Maybe[str] = NOT_READ
+    uuid: Maybe[str] = NOT_READ
+    serial: Maybe[str] = NOT_READ
+    pci_bus_id: Maybe[str] = NOT_READ  # normalised: 0000:19:00.0
+    pci_id: Maybe[str] = NOT_READ  # vendor:device, e.g. 10de:2330
+    architecture: Maybe[int] = NOT_READ  # NVML_DEVICE_ARCH_*
+    compute_capability: Maybe[str] = NOT_READ
+    vbios: Maybe[str] = NOT_READ
+    inforom_image: Maybe[str] = NOT_READ
+    inforom_valid: Maybe[str] = NOT_READ  # "valid" or the NVML error text
+    persistence_mode: Maybe[str] = NOT_READ  # enabled | disabled
+    compute_mode: Maybe[str] = NOT_READ  # Default | Exclusive_Process | Prohibited
+    mig_mode: Maybe[str] = NOT_READ  # current: enabled | disabled
+    mig_pending: Maybe[str] = NOT_READ
+    ecc_mode: Maybe[str] = NOT_READ  # current: enabled | disabled
+    ecc_pending: Maybe[str] = NOT_READ
+    ecc_volatile_uncorrected: Maybe[int] = NOT_READ
+    ecc_volatile_corrected: Maybe[int] = NOT_READ
+    ecc_aggregate_uncorrected: Maybe[int] = NOT_READ
+    ecc_aggregate_corrected: Maybe[int] = NOT_READ
+    retired_sbe: Maybe[int] = NOT_READ
+    retired_dbe: Maybe[int] = NOT_READ
+    retired_pending: Maybe[bool] = NOT_READ
+    remapped_correctable: Maybe[int] = NOT_READ
+    remapped_uncorrectable: Maybe[int] = NOT_READ
+    remap_pending: Maybe[bool] = NOT_READ
+    remap_failure: Maybe[bool] = NOT_READ
+    temperature_c: Maybe[int] = NOT_READ
+    memory_temperature_c: Maybe[int] = NOT_READ
+    shutdown_c: Maybe[int] = NOT_READ
+    slowdown_c: Maybe[int] = NOT_READ
+    gpu_max_c: Maybe[int] = NOT_READ
+    memory_max_c: Maybe[int] = NOT_READ
+    power_w: Maybe[float] = NOT_READ
+    power_limit_w: Maybe[float] = NOT_READ
+    default_limit_w: Maybe[float] = NOT_READ
+    min_limit_w: Maybe[float] = NOT_READ
+    max_limit_w: Maybe[float] = NOT_READ
+    enforced_limit_w: Maybe[float] = NOT_READ
+    clock_events: Maybe[int] = NOT_READ  # bitmask, see CLOCK_EVENT_BITS
+    pcie_gen: Maybe[int] = NOT_READ
+    pcie_gen_max: Maybe[int] = NOT_READ
+    pcie_width: Maybe[int] = NOT_READ
+    pcie_width_max: Maybe[int] = NOT_READ
+    pcie_replays: Maybe[int] = NOT_READ
+    nvlink_states: Maybe[tuple[int, ...]] = NOT_READ  # per link: 1 active, 0 not
+    nvlink_errors: Maybe[dict[str, int]] = NOT_READ  # crc_flit, crc_data, replay, recovery
+    fabric_state: Maybe[str] = NOT_READ  # not_started | in_progress | completed
+    fabric_status: Maybe[str] = NOT_READ  # success or the NVML error text
+    recovery_action: Maybe[int] = NOT_READ  # NVML_GPU_RECOVERY_ACTION_*
     calls: int = 0
 
     @property

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.errors import ProfileError
-from agent.facts import HostFacts
+from agent.facts import HostFacts, NvmlFacts
 from agent.model import Unknown
 from agent.profiles import FALLBACK_PROFILE, MatchRule, Profile, ProfileStore
 
@@ -45,16 +45,20 @@ class Selection:
     also_matched: tuple[str, ...] = field(default_factory=tuple)
 
 
-def identify(host: HostFacts) -> Identity:
+def identify(host: HostFacts, nvml: NvmlFacts | Unknown | None = None) -> Identity:
+    """Identity from PCI (independent of the driver), else from NVML's view."""
     problems: list[str] = []
     gpus = host.nvidia_gpus
-    if isinstance(gpus, Unknown):
-        problems.append(gpus.reason)
-        ids: tuple[str, ...] = ()
-        count: int | None = None
-    else:
+    ids: tuple[str, ...] = ()
+    count: int | None = None
+    if not isinstance(gpus, Unknown):
         ids = tuple(g.pci_id for g in gpus)
         count = len(gpus)
+    elif isinstance(nvml, NvmlFacts) and nvml.gpus:
+        ids = tuple(g.pci_id for g in nvml.gpus if isinstance(g.pci_id, str))
+        count = nvml.device_count
+    else:
+        problems.append(gpus.reason)
     dmi = {k: v for k, v in host.dmi.items() if isinstance(v, str)}
     problems += [v.reason for v in host.dmi.values() if isinstance(v, Unknown)][:1]
     return Identity(ids, count, dmi, tuple(problems))

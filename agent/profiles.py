@@ -249,6 +249,9 @@ def _compile_match(data: Mapping[str, Any]) -> MatchRule:
     )
 
 
+# Sections that hold lookup tables, not expectations.
+TABLES = {("gpu", "xid")}
+
 # Keys people put under sysctl that are not sysctls, with where they live instead.
 NOT_SYSCTLS = {
     "vm.transparent_hugepage": "transparent hugepages live in sysfs: use thp.enabled / thp.defrag",
@@ -266,7 +269,7 @@ def _compile_expectations(profile: Profile, node: Mapping[str, Any], path: PathK
                 raise ProfileError(f"expect.sysctl.{key}: {NOT_SYSCTLS[key]}", path=file, line=line)
     for key, value in node.items():
         sub = (*path, key)
-        if not isinstance(value, Mapping):
+        if not isinstance(value, Mapping) or sub in TABLES:
             continue
         if "severity" in value:
             comparators = [c for c in COMPARATORS if c in value]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.expect import Expectation
 from agent.facts import NodeFacts
-from agent.model import Finding, Severity, Status, Unknown
+from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
 
 Evaluator = Callable[[NodeFacts, Profile], list[Finding]]
@@ -61,11 +61,26 @@ class Check:
                 self.action if status in (Status.FAIL, Status.WARN) else None),
         )
 
-    def compare(self, subject: str, expectation: Expectation, observed: Any, what: str) -> Finding:
-        """The common case: one observed value against one expectation."""
+    def compare(self, subject: str, expectation: Expectation, observed: Any, what: str,
+                refs: Mapping[str, Any] | None = None) -> Finding:
+        """The common case: one observed value against one expectation.
+
+        `refs` resolves relative expectations such as `max: "@slowdown_c - 10"`
+        against what the device itself reports.
+        """
+        if isinstance(observed, Unsupported):
+            return self.finding(subject, Status.SKIP, expectation.severity, f"{what}: {observed.reason}",
+                                expected=expectation.expected, reason=expectation.reason)
         if isinstance(observed, Unknown):
             return self.unknown(subject, expectation, f"{what}: {observed.reason}")
+        resolved = expectation.resolve(refs or {})
+        if isinstance(resolved, str):
+            return self.unknown(subject, expectation, f"{what} is {observed}, but {resolved}")
+        expectation = resolved
         verdict = expectation.evaluate(observed)
+        if not verdict.comparable:
+            return self.finding(subject, Status.UNKNOWN, expectation.severity, f"{what}: {verdict.detail}",
+                                observed=observed, expected=expectation.expected, reason=expectation.reason)
         if verdict.ok:
             return self.finding(subject, Status.PASS, expectation.severity,
                                 f"{what} is {observed}", observed=observed,

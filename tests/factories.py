@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.facts import CpuFacts, HostFacts, IdleState, NetInterface, NodeFacts, PciFunction, ProfileMatch
-from agent.model import SourceStatus, Unknown
+from agent.model import SourceStatus, Unknown, Unsupported
 from agent.profiles import Profile, ProfileFile, build
 from agent.yamlfile import LineMap
 
@@ -70,5 +70,44 @@ def exp(severity: str = "warning", **comparators: Any) -> dict[str, Any]:
     return {**comparators, "severity": severity, "reason": "test reason"}
 
 
-__all__ = ["IdleState", "NodeFacts", "ProfileMatch", "SourceStatus", "Unknown", "exp", "gpu", "host", "iface",
-           "nic", "node", "profile"]
+__all__ = ["IdleState", "NodeFacts", "ProfileMatch", "SourceStatus", "Unknown", "Unsupported", "exp", "gpu",
+           "gpu_facts", "host", "iface", "nic", "node", "nvml_node", "profile"]
+
+
+def gpu_facts(index: int = 0, **overrides: Any) -> Any:
+    """A healthy idle H100 as NVML reports it; override what a test needs."""
+    from agent.facts import GpuFacts
+
+    bus = ["19", "3b", "4c", "5d", "9b", "bb", "cb", "db"][index % 8]
+    values: dict[str, Any] = {
+        "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{index:08d}", "serial": f"16505230{index:05d}",
+        "pci_bus_id": f"0000:{bus}:00.0", "pci_id": "10de:2330", "architecture": 9, "compute_capability": "9.0",
+        "vbios": "96.00.74.00.01", "inforom_image": "G520.0200.00.05", "inforom_valid": "valid",
+        "persistence_mode": "enabled", "compute_mode": "Default", "mig_mode": "disabled", "mig_pending": "disabled",
+        "ecc_mode": "enabled", "ecc_pending": "enabled", "ecc_volatile_uncorrected": 0, "ecc_volatile_corrected": 0,
+        "ecc_aggregate_uncorrected": 0, "ecc_aggregate_corrected": 0,
+        "retired_sbe": Unsupported("not supported (NVML_FI_DEV_RETIRED_SBE)"),
+        "retired_dbe": Unsupported("not supported (NVML_FI_DEV_RETIRED_DBE)"),
+        "retired_pending": Unsupported("not supported (NVML_FI_DEV_RETIRED_PENDING)"),
+        "remapped_correctable": 0, "remapped_uncorrectable": 0, "remap_pending": False, "remap_failure": False,
+        "temperature_c": 34, "memory_temperature_c": 40, "shutdown_c": 92, "slowdown_c": 89, "gpu_max_c": 87,
+        "memory_max_c": 95, "power_w": 71.2, "power_limit_w": 700.0, "default_limit_w": 700.0,
+        "min_limit_w": 200.0, "max_limit_w": 700.0, "enforced_limit_w": 700.0, "clock_events": 0x1,
+        "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16, "pcie_replays": 2,
+        "nvlink_states": (1,) * 18, "nvlink_errors": {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0},
+        "fabric_state": "completed", "fabric_status": "success", "recovery_action": 0,
+    }
+    values.update(overrides)
+    return GpuFacts(index=index, **values)
+
+
+def nvml_node(gpus: list[Any] | None = None, host_facts: HostFacts | None = None, **kw: Any) -> NodeFacts:
+    """NodeFacts with NVML answering for `gpus` (8 healthy H100s by default)."""
+    from agent.facts import NvmlFacts
+
+    gpus = gpus if gpus is not None else [gpu_facts(i) for i in range(8)]
+    nvml = NvmlFacts("550.90.07", "12.4", "12.550.90.07", len(gpus), tuple(gpus))
+    sources = {"nvml": SourceStatus("nvml", ok=True), "kmsg": SourceStatus("kmsg", ok=True)}
+    pci = tuple(gpu(g.pci_bus_id) for g in gpus if isinstance(g.pci_bus_id, str))
+    h = host_facts or host(pci=pci, uptime_s=36000.0)
+    return NodeFacts(host=h, kmsg=(), sources=sources, nvml=nvml, **kw)

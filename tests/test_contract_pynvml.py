@@ -1,34 +1,39 @@
-"""Contract: every NVML name the agent uses exists in the real pynvml (nvidia-ml-py).
+"""Contract: every NVML name the agent uses exists in the real pynvml (nvidia-ml-py),
+and every call the reader makes binds to the real function's signature.
 
-The recorded NVML backend replays through an object with pynvml's names, so
-a typo or a function missing from the binding would only show on a real GPU.
-This test reads the agent's source and checks each name against the module.
+The recorded backend replays through an object with pynvml's names, so a typo
+or a function missing from the binding would otherwise only show on a real GPU.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pynvml
 
+from agent.sources.nvml import RecordedNvml, read_nvml
 from tests.conftest import REPO
 
-_NAME = re.compile(r"\bpynvml\.(nvml\w+|NVML\w+)")
+_NAMES = re.compile(r"""(?:\bnvml\.|["'])((?:nvml[A-Z]\w+)|(?:NVML_\w*[A-Za-z0-9])|(?:NVMLError\w*)|(?:c_nvml\w+))\b""")
 
 
 def used_names() -> dict[str, set[str]]:
+    """NVML names referenced as attributes (nvml.X) or string literals ("nvmlX")."""
     names: dict[str, set[str]] = {}
     for folder in ("agent", "checks", "remediations"):
         for path in (REPO / folder).rglob("*.py"):
-            for match in _NAME.finditer(path.read_text(encoding="utf-8")):
+            for match in _NAMES.finditer(path.read_text(encoding="utf-8")):
                 names.setdefault(match.group(1), set()).add(str(path.relative_to(REPO)))
     return names
 
 
-def test_agent_uses_nvml() -> None:
-    assert {"nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount"} <= set(used_names())
+def test_the_reader_uses_nvml_names() -> None:
+    assert {"nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetFieldValues",
+            "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "NVMLError_GpuIsLost"} <= set(used_names())
 
 
 def test_every_nvml_name_exists_in_the_real_binding() -> None:
@@ -36,12 +41,52 @@ def test_every_nvml_name_exists_in_the_real_binding() -> None:
     assert missing == {}
 
 
-def test_nvml_functions_called_without_arguments_accept_none() -> None:
-    # The availability probe calls these with no argument.
-    for name in ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlSystemGetDriverVersion"):
-        params = [p for p in inspect.signature(getattr(pynvml, name)).parameters.values()
-                  if p.default is inspect.Parameter.empty and p.kind is not p.VAR_POSITIONAL]
-        assert params == [], name
+class SignatureSpy:
+    """Replays a recording, but first binds each call to the real pynvml signature."""
+
+    def __init__(self, recorded: RecordedNvml) -> None:
+        self.recorded = recorded
+        self.called: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.recorded, name)
+        real = getattr(pynvml, name)
+        if not (name.startswith("nvml") and callable(real)) or isinstance(real, type):
+            return target
+
+        def call(*args: Any) -> Any:
+            inspect.signature(real).bind(*args)  # TypeError if the agent's call does not fit
+            self.called.add(name)
+            return target(*args)
+
+        return call
+
+
+def simulated_recording(name: str) -> dict[str, Any]:
+    return json.loads((REPO / "fixtures" / "nodes" / name / "nvml.json").read_text())
+
+
+def test_every_call_the_reader_makes_binds_to_the_real_signature() -> None:
+    spy = SignatureSpy(RecordedNvml(simulated_recording("hgx-h100-healthy")))
+    facts, status = read_nvml(spy)
+    assert status.ok, status.error
+    assert {"nvmlDeviceGetFieldValues", "nvmlDeviceGetTemperatureThreshold", "nvmlDeviceGetGpuFabricInfoV",
+            "nvmlDeviceGetEccMode", "nvmlDeviceGetHandleByIndex"} <= spy.called
+    # Fallback paths too: an old driver without the newer calls.
+    old = simulated_recording("hgx-h100-healthy")
+    for device in old["devices"]:
+        for newer in ("nvmlDeviceGetTemperatureV(0)", "nvmlDeviceGetCurrentClocksEventReasons",
+                      "nvmlDeviceGetGpuFabricInfoV"):
+            device[newer] = {"error": "NVML_ERROR_FUNCTION_NOT_FOUND"}
+        device["nvmlDeviceGetTemperature(0)"] = 40
+        device["nvmlDeviceGetCurrentClocksThrottleReasons"] = 1
+        device["nvmlDeviceGetGpuFabricInfo"] = {"state": 3, "status": 0, "cliqueId": 0}
+    spy = SignatureSpy(RecordedNvml(old))
+    facts, status = read_nvml(spy)
+    assert status.ok and not isinstance(facts, Exception)
+    assert {"nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksThrottleReasons",
+            "nvmlDeviceGetGpuFabricInfo"} <= spy.called
+    assert {g.temperature_c for g in facts.gpus} == {40}  # type: ignore[union-attr]
 
 
 def test_the_deprecated_pynvml_distribution_is_not_what_we_import() -> None:

@@ -24,7 +24,7 @@ from agent.facts import (
     NetInterface,
     PciFunction,
 )
-from agent.model import Unknown
+from agent.model import Unknown, Unsupported
 from agent.sources.fsroot import FsRoot, read_text
 
 T = TypeVar("T")
@@ -433,6 +433,16 @@ def read_dmi(fs: FsRoot) -> dict[str, str | Unknown]:
         except OSError as exc:
             dmi[name] = Unknown(_describe_os_error(path, exc))
     return dmi
+
+
+def absent_host_facts(reason: str) -> HostFacts:
+    """Host facts for a snapshot that holds no host data (e.g. an nvidia-smi import)."""
+    gone = Unsupported(reason)
+    return HostFacts(
+        hostname=gone, kernel_release=gone, sysctl={}, thp_enabled=gone, thp_defrag=gone, numa_nodes=gone,
+        cmdline=gone, dmi={}, secure_boot=gone, nvidia_driver=gone, pci=gone, modules=gone, interfaces=gone,
+        cpu=CpuFacts(gone, gone, gone, gone, gone), uptime_s=gone,
+    )
 
 
 def read_host_facts(fs: FsRoot, sysctl_keys: Iterable[str] = ()) -> HostFacts:

@@ -586,7 +586,8 @@ class RecordedNvml:
 
     def _field(self, fid: int, scope: int, value: Any) -> SimpleNamespace:
         real = self._real
-        ret, kind, payload = real.NVML_SUCCESS, real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 0
+        ret, kind = real.NVML_SUCCESS, real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+        payload: float = 0
         if value is None:
             ret = real.NVML_ERROR_NOT_SUPPORTED
         elif isinstance(value, dict):

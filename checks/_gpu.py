@@ -1,0 +1,55 @@
+"""Helpers shared by the GPU checks: which GPUs to judge, and the common loop."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from agent.expect import Expectation
+from agent.facts import GpuFacts, NodeFacts
+from agent.model import Finding, Unknown, Unsupported
+from checks import Check
+
+
+def nvml_gpus(check: Check, facts: NodeFacts, expectation: Expectation | None) -> tuple[list[GpuFacts],
+                                                                                        list[Finding]]:
+    """The GPUs NVML could read, or the one finding that says why there are none.
+
+    NVML not asked for (not in the snapshot, not needed): no finding, the
+    source check says so. NVML down: one `unknown` per check, so every check
+    that could not run is visible. Lost GPUs are left to `gpu.lost`.
+    """
+    status = facts.sources.get("nvml")
+    if status is None or not status.configured:
+        return [], []
+    nvml = facts.nvml
+    if isinstance(nvml, Unsupported):
+        return [], []
+    if isinstance(nvml, Unknown):
+        on_pci = facts.host.nvidia_gpus
+        if isinstance(on_pci, tuple) and not on_pci:
+            return [], []  # no NVIDIA GPU on PCI either: not a GPU node, nothing to judge
+        return [], [check.unknown("node", expectation, f"NVML unavailable: {nvml.reason}")]
+    return [g for g in nvml.gpus if g.lost is None], []
+
+
+def gpu_refs(gpu: GpuFacts) -> dict[str, Any]:
+    """Values a relative expectation may refer to, e.g. "@slowdown_c - 10"."""
+    return {f.name: getattr(gpu, f.name) for f in dataclasses.fields(gpu)}
+
+
+def subject(gpu: GpuFacts) -> str:
+    return f"gpu{gpu.index}"
+
+
+def per_gpu(check: Check, facts: NodeFacts, expectation: Expectation | None,
+            observe: Callable[[GpuFacts], Any], what: str) -> list[Finding]:
+    """One finding per readable GPU: `observe(gpu)` against the expectation."""
+    if expectation is None:
+        return []
+    gpus, findings = nvml_gpus(check, facts, expectation)
+    for gpu in gpus:
+        findings.append(check.compare(subject(gpu), expectation, observe(gpu), f"{gpu.label} {what}",
+                                      refs=gpu_refs(gpu)))
+    return findings

@@ -1,0 +1,99 @@
+"""GPU memory health: ECC mode and counters, retired pages, row remapping."""
+
+from __future__ import annotations
+
+from agent.facts import GpuFacts, NodeFacts
+from agent.model import Finding, Severity, Status, Unknown
+from agent.profiles import Profile
+from checks import Check
+from checks._gpu import gpu_refs, nvml_gpus, per_gpu, subject
+
+ECC_MODE = Check("gpu.ecc.mode", "ECC mode", source="nvml", remediation="gpu_ecc", action="reboot")
+UNCORRECTED = Check("gpu.ecc.uncorrected", "Uncorrected ECC errors since reset", source="nvml",
+                    action="reset_gpu")
+CORRECTED = Check("gpu.ecc.corrected", "Corrected ECC errors (lifetime)", source="nvml", action="contact_support")
+RETIRED = Check("gpu.retired_pages", "Retired memory pages (pre-Ampere)", source="nvml", action="reset_gpu")
+ROW_REMAP = Check("gpu.row_remap", "Row remapping (Ampere and later)", source="nvml", action="reset_gpu")
+
+
+@ECC_MODE.evaluator
+def evaluate_mode(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("gpu", "ecc", "mode")
+    if expectation is None:
+        return []
+    gpus, findings = nvml_gpus(ECC_MODE, facts, expectation)
+    for gpu in gpus:
+        finding = ECC_MODE.compare(subject(gpu), expectation, gpu.ecc_mode, f"{gpu.label} ECC")
+        pending = gpu.ecc_pending
+        if isinstance(pending, str) and pending != gpu.ecc_mode:
+            if finding.status is Status.FAIL and expectation.evaluate(pending).ok:
+                # Already fixed, waiting for the reboot that applies it.
+                finding.status = Status.WARN
+                finding.message += f"; {pending} is pending: reboot to apply"
+                finding.action = "reboot"
+            elif finding.status is Status.PASS and not expectation.evaluate(pending).ok:
+                finding.status = Status.WARN
+                finding.message += f"; but {pending} is pending and takes effect at the next reboot"
+                finding.action = "review_pending_change"
+        findings.append(finding)
+    return findings
+
+
+@UNCORRECTED.evaluator
+def evaluate_uncorrected(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    return per_gpu(UNCORRECTED, facts, profile.expectation("gpu", "ecc", "uncorrected"),
+                   lambda g: g.ecc_volatile_uncorrected, "volatile uncorrected ECC errors")
+
+
+@CORRECTED.evaluator
+def evaluate_corrected(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    return per_gpu(CORRECTED, facts, profile.expectation("gpu", "ecc", "corrected"),
+                   lambda g: g.ecc_aggregate_corrected, "aggregate corrected ECC errors")
+
+
+def _retired_total(gpu: GpuFacts) -> object:
+    for value in (gpu.retired_sbe, gpu.retired_dbe):
+        if isinstance(value, Unknown):
+            return value
+    return int(gpu.retired_sbe) + int(gpu.retired_dbe)  # type: ignore[arg-type]
+
+
+@RETIRED.evaluator
+def evaluate_retired(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("gpu", "retired_pages")
+    findings = per_gpu(RETIRED, facts, expectation, _retired_total, "retired pages")
+    gpus = {subject(g): g for g in nvml_gpus(RETIRED, facts, expectation)[0]}
+    for finding in findings:
+        gpu = gpus.get(finding.subject)
+        if gpu is not None and gpu.retired_pending is True and finding.status is Status.PASS:
+            finding.status = Status.WARN
+            finding.message += "; a page retirement is pending: reset the GPU (or reboot) to apply it"
+            finding.action = "reset_gpu"
+    return findings
+
+
+@ROW_REMAP.evaluator
+def evaluate_row_remap(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("gpu", "row_remap", "uncorrectable")
+    if expectation is None:
+        return []
+    gpus, findings = nvml_gpus(ROW_REMAP, facts, expectation)
+    for gpu in gpus:
+        name = subject(gpu)
+        if gpu.remap_failure is True:
+            findings.append(ROW_REMAP.finding(
+                name, Status.FAIL, Severity.CRITICAL,
+                f"{gpu.label} row remapping FAILED: a bank has no spare rows left",
+                observed={"failure": True}, expected={"failure": False},
+                reason="A remapping failure leaves bad memory in use; the GPU needs replacement",
+                action="contact_support"))
+            continue
+        finding = ROW_REMAP.compare(name, expectation, gpu.remapped_uncorrectable,
+                                    f"{gpu.label} rows remapped for uncorrectable errors", refs=gpu_refs(gpu))
+        if gpu.remap_pending is True and finding.status in (Status.PASS, Status.SKIP):
+            finding.status = Status.WARN
+            finding.message += "; a row remap is pending: reset the GPU to activate it"
+            finding.action = "reset_gpu"
+            finding.observed = {"uncorrectable": gpu.remapped_uncorrectable, "pending": True}
+        findings.append(finding)
+    return findings

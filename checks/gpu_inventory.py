@@ -1,0 +1,64 @@
+"""gpu.count and gpu.lost: are all the GPUs there, in NVML and on PCI?"""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Severity, Status, Unknown
+from agent.profiles import Profile
+from checks import Check
+from checks._gpu import nvml_gpus
+
+COUNT = Check("gpu.count", "GPU count (NVML, profile, PCI)", source="nvml", action="contact_support")
+LOST = Check("gpu.lost", "GPUs lost from the bus", source="nvml", action="drain")
+
+
+@COUNT.evaluator
+def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("gpu", "count")
+    _gpus, early = nvml_gpus(COUNT, facts, expectation)
+    if early or isinstance(facts.nvml, Unknown):
+        return early
+    nvml = facts.nvml
+    findings: list[Finding] = []
+    if expectation is not None:
+        findings.append(COUNT.compare("node", expectation, nvml.device_count, "GPUs seen by NVML"))
+    pci = facts.host.nvidia_gpus
+    if not isinstance(pci, Unknown):
+        nvml_buses = {g.pci_bus_id for g in nvml.gpus if isinstance(g.pci_bus_id, str)}
+        missing = sorted(g.address for g in pci if g.address not in nvml_buses)
+        # A lost GPU has no bus id from NVML; gpu.lost reports it, so only the
+        # GPUs that NVML does not list at all are counted here.
+        lost = sum(1 for g in nvml.gpus if g.lost)
+        if len(missing) > lost:
+            findings.append(COUNT.finding(
+                "pci", Status.FAIL, Severity.CRITICAL,
+                f"{len(pci)} NVIDIA GPU(s) on PCI but NVML sees {nvml.device_count}; not in NVML: "
+                f"{', '.join(missing)} (driver failed to initialise them?)",
+                observed=nvml.device_count, expected=len(pci),
+                reason="A GPU on PCI that NVML cannot see is unusable", action="reset_gpu"))
+        else:
+            findings.append(COUNT.finding("pci", Status.PASS, Severity.CRITICAL,
+                                          f"NVML sees all {len(pci)} NVIDIA GPU(s) on PCI",
+                                          observed=nvml.device_count, expected=len(pci)))
+    return findings
+
+
+@LOST.evaluator
+def evaluate_lost(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    _gpus, early = nvml_gpus(LOST, facts, None)
+    if early or isinstance(facts.nvml, Unknown):
+        return early
+    findings = []
+    for gpu in facts.nvml.gpus:
+        if gpu.lost:
+            findings.append(LOST.finding(
+                f"gpu{gpu.index}", Status.FAIL, Severity.CRITICAL,
+                f"GPU {gpu.index} has fallen off the bus: {gpu.lost}",
+                observed="lost", expected="present",
+                reason="A lost GPU needs the node drained and rebooted (often a PCIe, power or board fault)"))
+        else:
+            findings.append(LOST.finding(f"gpu{gpu.index}", Status.PASS, Severity.CRITICAL,
+                                         f"{gpu.label} answers", observed="present", expected="present"))
+    if facts.nvml.incomplete:
+        findings.append(LOST.finding("node", Status.UNKNOWN, Severity.CRITICAL, facts.nvml.incomplete))
+    return findings

@@ -1,0 +1,50 @@
+"""GPU operating modes: persistence, compute mode, MIG."""
+
+from __future__ import annotations
+
+from agent.facts import NodeFacts
+from agent.model import Finding, Status
+from agent.profiles import Profile
+from checks import Check
+from checks._gpu import nvml_gpus, subject
+
+PERSISTENCE = Check("gpu.persistence_mode", "Persistence mode", source="nvml", remediation="gpu_persistence")
+COMPUTE = Check("gpu.compute_mode", "Compute mode", source="nvml", remediation="gpu_compute_mode")
+MIG = Check("gpu.mig_mode", "MIG mode", source="nvml", action="reset_gpu")
+
+
+@PERSISTENCE.evaluator
+def evaluate_persistence(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("gpu", "persistence_mode")
+    if expectation is None:
+        return []
+    gpus, findings = nvml_gpus(PERSISTENCE, facts, expectation)
+    return findings + [PERSISTENCE.compare(subject(g), expectation, g.persistence_mode,
+                                           f"{g.label} persistence mode") for g in gpus]
+
+
+@COMPUTE.evaluator
+def evaluate_compute(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("gpu", "compute_mode")
+    if expectation is None:
+        return []
+    gpus, findings = nvml_gpus(COMPUTE, facts, expectation)
+    return findings + [COMPUTE.compare(subject(g), expectation, g.compute_mode, f"{g.label} compute mode")
+                       for g in gpus]
+
+
+@MIG.evaluator
+def evaluate_mig(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("gpu", "mig_mode")
+    if expectation is None:
+        return []
+    gpus, findings = nvml_gpus(MIG, facts, expectation)
+    for gpu in gpus:
+        finding = MIG.compare(subject(gpu), expectation, gpu.mig_mode, f"{gpu.label} MIG mode")
+        pending = gpu.mig_pending
+        if isinstance(pending, str) and pending != gpu.mig_mode:
+            finding.status = Status.WARN if finding.status is not Status.FAIL else finding.status
+            finding.message += f"; {pending} is pending until the GPU is reset"
+            finding.action = "reset_gpu"
+        findings.append(finding)
+    return findings
