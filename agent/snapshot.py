@@ -125,11 +125,29 @@ def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> 
     (path / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
 
 
-def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
-                 kmsg_device: str = KMSG_DEVICE) -> list[str]:
-    """Record this node's host files and kernel log into `out`.
+def _capture_nvml(tmp: Path, backend: Any) -> str | None:
+    """Record every NVML answer into nvml.json; None on success, else why not."""
+    from agent.sources import nvml
 
-    `root` and `kmsg_device` exist for tests, which capture a fake root.
+    if backend is None:
+        try:
+            backend = nvml.load_live_nvml()
+        except ImportError as exc:
+            return f"nvml not captured: pynvml is not installed ({exc})"
+    recorder = nvml.RecordingNvml(backend)
+    facts, status = nvml.read_nvml(recorder)
+    if not status.ok and not recorder.devices:
+        return f"nvml not captured: {status.error}"
+    (tmp / "nvml.json").write_text(json.dumps(recorder.to_json(), indent=1, sort_keys=True), encoding="utf-8")
+    return None
+
+
+def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
+                 kmsg_device: str = KMSG_DEVICE, nvml_backend: Any = None) -> list[str]:
+    """Record this node's host files, kernel log and NVML answers into `out`.
+
+    `root`, `kmsg_device` and `nvml_backend` exist for tests, which capture a
+    fake root and a replayed NVML.
     """
     import shutil
 
@@ -156,6 +174,11 @@ def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
             (tmp / "kmsg.txt").write_text("\n".join(raw) + ("\n" if raw else ""), encoding="utf-8")
             captured.append("kmsg")
             notes = []
+        nvml_note = _capture_nvml(tmp, nvml_backend)
+        if nvml_note is None:
+            captured.append("nvml")
+        else:
+            notes.append(nvml_note)
         hostname = facts.hostname if isinstance(facts.hostname, str) else "unknown"
         write_meta(tmp, hostname, captured, notes=notes)
         _finish(tmp, out)

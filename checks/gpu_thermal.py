@@ -44,8 +44,8 @@ def evaluate_imbalance(facts: NodeFacts, profile: Profile) -> list[Finding]:
             continue
         delta = round(temps[gpu.index] - median, 1)
         finding = IMBALANCE.compare(subject(gpu), expectation, delta,
-                                    f"{gpu.label} runs {delta:+g} C against the node median {median:g} C "
-                                    "(difference, C)", refs=gpu_refs(gpu))
+                                    f"{gpu.label} temperature above the node median ({median:g} C)",
+                                    refs=gpu_refs(gpu))
         if finding.status is not Status.PASS:
             finding.message += "; GPUs sharing an airflow path running hot points at fans or blocked flow"
         findings.append(finding)

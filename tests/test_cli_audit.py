@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import RunCli
 
-DRIFTED_FAILS = {
+HOST_DRIFTS = {
     ("host.thp.enabled", "node"),
     ("host.numa.balancing", "node"),
     ("host.sysctl", "net.core.rmem_max"),
@@ -21,6 +21,19 @@ DRIFTED_FAILS = {
     ("host.cpu.governor", "node"),
     ("host.driver.version", "node"),
 }
+GPU_DRIFTS = {
+    *{("gpu.persistence_mode", f"gpu{i}") for i in range(7)},  # GPU 7 is lost: gpu.lost speaks for it
+    ("gpu.power.limit", "gpu2"),  # capped at 500 W
+    ("gpu.thermal.imbalance", "gpu4"),  # +9 C over the median
+    ("gpu.thermal.imbalance", "gpu5"),  # +10 C
+    ("gpu.nvlink.links", "gpu6"),  # 16 of 18 links
+    ("gpu.lost", "gpu7"),  # fallen off the bus
+    ("gpu.xid", "gpu7"),  # Xid 79
+    ("gpu.driver", "node"),  # R535 below the profile's R550, as NVML reports it
+    ("gpu.cuda", "node"),  # CUDA 12.2 from the R535 driver
+}
+DRIFTED_FAILS = HOST_DRIFTS | GPU_DRIFTS
+DRIFTED_WARNS = {("gpu.ecc.mode", "gpu3"), ("gpu.row_remap", "gpu5")}  # reboot / GPU reset pending
 FINDING_KEYS = {"check", "subject", "status", "waiver", "action", "severity", "observed", "expected", "message",
                 "reason", "remediation", "source"}
 
@@ -41,12 +54,18 @@ def test_healthy_node_passes(run_cli: RunCli) -> None:
     assert report["profile"] == "hgx-h100-sxm"
     assert fails(report) == set()
     statuses = {f["status"] for f in report["findings"]}
-    assert statuses == {"pass", "skip"}  # skips: nvml and BMC not in the snapshot
+    assert statuses == {"pass", "skip"}  # skips: BMC not configured; retired pages N/A on Hopper
     checks = {f["check"] for f in report["findings"]}
     assert {"host.sysctl", "host.thp.enabled", "host.thp.defrag", "host.numa.balancing", "host.numa.affinity",
             "net.mtu", "host.cpu.governor", "host.cpu.cstates", "host.kernel.cmdline", "host.secureboot",
             "host.driver.version", "host.modules", "host.gpu.pci_count", "profile.match",
-            "source.available"} == checks
+            "source.available"} <= checks
+    assert {c for c in checks if c.startswith("gpu.")} == {
+        "gpu.count", "gpu.lost", "gpu.ecc.mode", "gpu.ecc.uncorrected", "gpu.ecc.corrected", "gpu.retired_pages",
+        "gpu.row_remap", "gpu.persistence_mode", "gpu.compute_mode", "gpu.mig_mode", "gpu.power.limit",
+        "gpu.clocks.events", "gpu.temperature", "gpu.memory_temperature", "gpu.thermal.imbalance", "gpu.pcie.link",
+        "gpu.pcie.replay", "gpu.nvlink.links", "gpu.nvlink.errors", "gpu.fabric", "gpu.firmware.vbios",
+        "gpu.inforom", "gpu.driver", "gpu.cuda", "gpu.xid", "gpu.recovery_action"}
     mtu = {f["subject"] for f in report["findings"] if f["check"] == "net.mtu"}
     assert mtu == {"enp26s0np0", "enp60s0np0", "enp77s0np0", "enp94s0np0", "enp156s0np0", "enp188s0np0",
                    "enp204s0np0", "enp220s0np0"}  # the 8 RoCE rails, not the bond members or tg3 ports
@@ -64,6 +83,14 @@ def test_drifted_node_fails_exactly_the_drifts(run_cli: RunCli) -> None:
     assert by_key[("host.cpu.governor", "node")]["observed"] == "powersave"
     assert by_key[("host.driver.version", "node")]["observed"] == "535.129.03"
     assert by_key[("host.driver.version", "node")]["expected"] == {"version_min": "550.54.15"}
+    warns = {(f["check"], f["subject"]) for f in report["findings"] if f["status"] == "warn"}
+    assert warns == DRIFTED_WARNS
+    assert "reboot to apply" in by_key[("gpu.ecc.mode", "gpu3")]["message"]
+    assert by_key[("gpu.row_remap", "gpu5")]["action"] == "reset_gpu"
+    assert by_key[("gpu.power.limit", "gpu2")]["observed"] == 500.0
+    assert by_key[("gpu.nvlink.links", "gpu6")]["observed"] == 16
+    assert by_key[("gpu.xid", "gpu7")]["action"] == "drain"
+    assert by_key[("gpu.lost", "gpu7")]["severity"] == "critical"
 
 
 def test_report_follows_the_v1_contract(run_cli: RunCli) -> None:
@@ -74,8 +101,9 @@ def test_report_follows_the_v1_contract(run_cli: RunCli) -> None:
     assert report["node"]["model"] == "Dell Inc. PowerEdge XE9680"
     assert report["node"]["gpus"] == {"pci_count": 8, "pci_ids": ["10de:2330"]}
     assert report["sources"]["host"]["ok"] is True
-    assert report["sources"]["nvml"] == {"ok": False, "error": "not in snapshot", "duration_s": 0.0,
-                                         "configured": False}
+    nvml = report["sources"]["nvml"]
+    assert nvml["ok"] is True and nvml["recorded"] is True and nvml["gpu_count"] == 8
+    assert nvml["driver_version"] == "535.129.03"
     for finding in report["findings"]:
         assert set(finding) == FINDING_KEYS
         assert finding["status"] in {"pass", "warn", "fail", "unknown", "skip", "fixed"}
@@ -117,7 +145,7 @@ def test_prom_output_is_textfile_format_with_every_status_series(run_cli: RunCli
                if s.labels["status"] == "fail" and s.value == 1}
     assert failing == DRIFTED_FAILS
     up = {s.labels["source"]: s.value for s in families["nodewarden_source_up"].samples}
-    assert up == {"host": 1, "kmsg": 1}  # sources not in the snapshot export no up series
+    assert up == {"host": 1, "kmsg": 1, "nvml": 1}  # unconfigured sources export no up series
     assert families["nodewarden_profile_info"].samples[0].labels == {"profile": "hgx-h100-sxm"}
 
 
@@ -125,13 +153,13 @@ def test_table_shows_fails_first_and_a_summary(run_cli: RunCli) -> None:
     result = run_cli("audit", "--simulate", "hgx-h100-drifted", "--format", "table")
     assert result.code == 1
     lines = result.stdout.splitlines()
-    assert lines[-1].startswith("6 fail, 0 warn, 0 unknown, 28 pass, 3 skip, 0 waived")
+    assert lines[-1].startswith(f"{len(DRIFTED_FAILS)} fail, 2 warn, 0 unknown, 165 pass, 16 skip, 0 waived")
     assert "\x1b[" not in result.stdout  # no colour when stdout is not a terminal
     statuses = [line.split()[0] for line in lines if line.startswith("  ") and line.split()[0] in
                 {"fail", "pass", "skip", "warn", "unknown"}]
     assert "pass" not in statuses  # passes hidden without -v
     verbose = run_cli("-v", "audit", "--simulate", "hgx-h100-drifted", "--format", "table")
-    assert verbose.stdout.count(" pass ") >= 28
+    assert verbose.stdout.count(" pass ") >= 165
     host_block = verbose.stdout.split("HOST\n", 1)[1].split("\n\n", 1)[0].splitlines()
     first_pass = next(i for i, line in enumerate(host_block) if line.split()[0] == "pass")
     assert all(line.split()[0] != "fail" for line in host_block[first_pass:])
@@ -141,8 +169,9 @@ def test_only_and_skip_select_checks(run_cli: RunCli) -> None:
     _, report = audit(run_cli, "hgx-h100-drifted", "--only", "host.thp.*", "--only", "net.*")
     assert {f["check"] for f in report["findings"]} == {"host.thp.enabled", "host.thp.defrag", "net.mtu",
                                                          "profile.match", "source.available"}
-    _, skipped = audit(run_cli, "hgx-h100-drifted", "--skip", "host.*", "--skip", "source.*")
+    _, skipped = audit(run_cli, "hgx-h100-drifted", "--skip", "host.*", "--skip", "source.*", "--skip", "gpu.*")
     assert {f["check"] for f in skipped["findings"]} == {"net.mtu", "profile.match"}
+    assert skipped["sources"]["nvml"]["configured"] is False  # no GPU check selected: NVML is not read
 
 
 def test_forced_profile_is_reported(run_cli: RunCli) -> None:
@@ -166,7 +195,7 @@ def test_waived_findings_never_fail_the_exit_code(run_cli: RunCli, tmp_path: Pat
         for c, s in sorted(DRIFTED_FAILS)))
     code, report = audit(run_cli, "hgx-h100-drifted", "--config", str(config))
     assert code == 0
-    assert report["summary"]["waived"] == 6 and report["summary"]["fail"] == 0
+    assert report["summary"]["waived"] == len(DRIFTED_FAILS) and report["summary"]["fail"] == 0
     waived = [f for f in report["findings"] if f["waiver"]]
     assert {f["status"] for f in waived} == {"fail"}  # evaluated status is kept
     assert waived[0]["waiver"] == {"reason": "accepted for the test", "expires": "2099-01-01"}
@@ -185,7 +214,7 @@ waivers:
 """)
     code, report = audit(run_cli, "hgx-h100-drifted", "--config", str(config))
     assert code == 1  # the expired waiver no longer covers the MTU fail
-    assert fails(report) == {("net.mtu", "enp156s0np0")}
+    assert fails(report) == {("net.mtu", "enp156s0np0")} | GPU_DRIFTS
     expired = [f for f in report["findings"] if f["check"] == "waiver.expired"]
     assert len(expired) == 1 and expired[0]["status"] == "warn"
     assert "expired 2020-01-01" in expired[0]["message"] and f"{tmp_path / 'waivers.yaml'}:6" in expired[0]["message"]
@@ -279,7 +308,7 @@ def test_snapshot_without_host_data_cannot_run(run_cli: RunCli, tmp_path: Path) 
     snap = copy_node(tmp_path)
     (snap / "meta.yaml").write_text("hostname: x\ncaptured: [kmsg]\n")
     result = run_cli("audit", "--snapshot", str(snap), "--format", "json")
-    assert result.code == 3 and "holds no host data" in result.stderr
+    assert result.code == 3 and "holds neither host nor NVML data" in result.stderr
 
 
 def test_partial_and_corrupt_kernel_files_become_unknown_findings(run_cli: RunCli, tmp_path: Path) -> None:
