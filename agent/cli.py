@@ -221,5 +221,20 @@ def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: P
     click.echo(f"captured {', '.join(captured)} into {out}")
 
 
+@snapshot.command("import-nvidia-smi")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="New snapshot directory to write (must not exist or be empty).")
+def snapshot_import_nvidia_smi(file: Path, out: Path) -> None:
+    """Build a snapshot's NVML part from `nvidia-smi -q` text or `-q -x` XML (e.g. from nvidia-bug-report)."""
+    from agent.importers.nvidia_smi import import_nvidia_smi
+
+    result = import_nvidia_smi(file, out)
+    click.echo(f"imported {result.gpu_count} GPU(s), driver {result.driver_version or 'unknown'}, "
+               f"from {result.format} dump {file} into {out}")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
 def main() -> None:
     cli(prog_name="nodewarden")

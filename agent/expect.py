@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.model import Severity, Status
 
@@ -95,8 +95,7 @@ def _at_most(observed: Any, bound: Any) -> bool | None:
     return all(o <= b for o, b in zip(obs, lim, strict=True))
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     ok: bool
     detail: str  # the comparison that failed, or why it could not be made
     comparable: bool = True  # False: the values could not be compared at all

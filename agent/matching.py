@@ -7,8 +7,7 @@ compares PCI IDs, counts and DMI strings for equality only.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.errors import ProfileError
 from agent.facts import HostFacts, NvmlFacts
@@ -16,8 +15,7 @@ from agent.model import Unknown
 from agent.profiles import FALLBACK_PROFILE, MatchRule, Profile, ProfileStore
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(NamedTuple):
     """The facts profiles are matched on."""
 
     gpu_pci_ids: tuple[str, ...]
@@ -36,13 +34,12 @@ class Identity:
                 "dmi": dict(self.dmi)}
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(NamedTuple):
     profile: Profile
     how: str  # auto | forced | fallback
     identity: Identity
     matched_on: tuple[str, ...] = ()
-    also_matched: tuple[str, ...] = field(default_factory=tuple)
+    also_matched: tuple[str, ...] = ()
 
 
 def identify(host: HostFacts, nvml: NvmlFacts | Unknown | None = None) -> Identity:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -46,8 +46,7 @@ def is_known(value: object) -> bool:
     return not isinstance(value, Unknown)
 
 
-@dataclass(frozen=True)
-class Waiver:
+class Waiver(NamedTuple):
     check: str
     subject: str
     reason: str

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.errors import ProfileError
 from agent.expect import COMPARATORS, Expectation
@@ -59,8 +59,7 @@ class ProfileFile:
         return str(value) if value is not None else None
 
 
-@dataclass(frozen=True)
-class MatchRule:
+class MatchRule(NamedTuple):
     gpu_pci_ids: tuple[str, ...] = ()
     gpu_count: tuple[int, ...] = ()
     dmi: tuple[tuple[str, tuple[str, ...]], ...] = ()

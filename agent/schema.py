@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.errors import NodewardenError
 from agent.yamlfile import LineMap
@@ -37,8 +36,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class SchemaError:
+class SchemaError(NamedTuple):
     path: tuple[str | int, ...]
     message: str
 

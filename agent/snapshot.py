@@ -135,7 +135,7 @@ def _capture_nvml(tmp: Path, backend: Any) -> str | None:
         except ImportError as exc:
             return f"nvml not captured: pynvml is not installed ({exc})"
     recorder = nvml.RecordingNvml(backend)
-    facts, status = nvml.read_nvml(recorder)
+    _facts, status = nvml.read_nvml(recorder)
     if not status.ok and not recorder.devices:
         return f"nvml not captured: {status.error}"
     (tmp / "nvml.json").write_text(json.dumps(recorder.to_json(), indent=1, sort_keys=True), encoding="utf-8")

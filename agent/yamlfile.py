@@ -4,25 +4,32 @@ Profiles, waivers and config files are written by people; an error must name
 the file and line. PyYAML's composer gives nodes with marks, and we build the
 Python values ourselves so we can also refuse duplicate keys (PyYAML keeps
 the last one silently) and keep dates as plain ISO strings.
+
+Parsed files are cached as JSON (values plus lines), keyed by a SHA-256 of
+the file's bytes, so an audit whose files were all seen before does not even
+import PyYAML (its import alone costs more than the
+rest of a simulated audit's profile handling). The cache lives in a folder
+only the current user can write, and entries that are not owned by that user
+or are writable by others are ignored: a cache must never become a way to
+inject profile content. NODEWARDEN_NO_CACHE=1 turns it off.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from agent import __version__
 from agent.errors import NodewardenError
 
-try:  # the C parser is 5-10x faster; fall back to pure Python where absent
-    from yaml import CSafeLoader as _Loader
-except ImportError:  # pragma: no cover - depends on how PyYAML was built
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
-
 PathKey = tuple[str | int, ...]
-_SCALARS = yaml.constructor.SafeConstructor()
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_CACHE_FORMAT = 1
 
 
 class LineMap(dict[PathKey, int]):
@@ -37,8 +44,10 @@ class LineMap(dict[PathKey, int]):
         return None
 
 
-def _build(node: yaml.Node, path: PathKey, lines: LineMap, error: type[NodewardenError],
-           source: str) -> Any:
+def _build(node: Any, path: PathKey, lines: LineMap, error: type[NodewardenError], source: str,
+           scalars: Any) -> Any:
+    import yaml
+
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
@@ -49,21 +58,27 @@ def _build(node: yaml.Node, path: PathKey, lines: LineMap, error: type[Nodewarde
             key = str(key_node.value)
             if key in out:
                 raise error(f"duplicate key {key!r}", path=source, line=key_node.start_mark.line + 1)
-            out[key] = _build(value_node, (*path, key), lines, error, source)
+            out[key] = _build(value_node, (*path, key), lines, error, source, scalars)
             lines[path + (key,)] = key_node.start_mark.line + 1  # noqa: RUF005 - 3.10 syntax
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, (*path, i), lines, error, source) for i, item in enumerate(node.value)]
+        return [_build(item, (*path, i), lines, error, source, scalars) for i, item in enumerate(node.value)]
     if node.tag == _TIMESTAMP:
         return str(node.value)  # keep dates as ISO text; JSON has no date type
-    return _SCALARS.construct_object(node)
+    return scalars.construct_object(node)
 
 
 def parse_yaml(text: str, source: str, error: type[NodewardenError] = NodewardenError) -> tuple[Any, LineMap]:
     """Parse one YAML document into plain values plus a LineMap."""
+    import yaml
+
+    try:  # the C parser is 5-10x faster; fall back to pure Python where absent
+        loader: Any = yaml.CSafeLoader
+    except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+        loader = yaml.SafeLoader
     lines = LineMap()
     try:
-        node = yaml.compose(text, Loader=_Loader)
+        node = yaml.compose(text, Loader=loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
@@ -77,7 +92,7 @@ def parse_yaml(text: str, source: str, error: type[NodewardenError] = Nodewarden
     if node is None:
         return None, lines
     try:
-        return _build(node, (), lines, error, source), lines
+        return _build(node, (), lines, error, source, yaml.constructor.SafeConstructor()), lines
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         raise error(f"invalid YAML value: {exc.problem}", path=source,
@@ -89,9 +104,84 @@ def load_yaml_file(path: Path, error: type[NodewardenError] = NodewardenError) -
         data = path.read_bytes()
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror}", path=str(path)) from None
+    digest = hashlib.sha256(data).hexdigest()
+    cached = _cache_get(digest)
+    if cached is not None:
+        return cached
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise error(f"not valid UTF-8 (byte {exc.start})", path=str(path), line=line) from None
-    return parse_yaml(text, str(path), error)
+    value, lines = parse_yaml(text, str(path), error)
+    _cache_put(digest, value, lines)
+    return value, lines
+
+
+# --- the parse cache ------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path | None:
+    if os.environ.get("NODEWARDEN_NO_CACHE"):
+        return None
+    base = os.environ.get("CACHE_DIRECTORY") or os.environ.get("XDG_CACHE_HOME")  # systemd CacheDirectory=
+    if base:
+        root = Path(base.split(":")[0])
+    else:
+        home = os.environ.get("HOME")
+        if not home:
+            return None
+        root = Path(home) / ".cache"
+    return root / "nodewarden" / "yaml"
+
+
+def _safe(st: os.stat_result) -> bool:
+    """Owned by us and writable by nobody else."""
+    return st.st_uid == os.geteuid() and not (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _cache_file(digest: str) -> Path | None:
+    """Entries are keyed by the file's content (and our version), never by its name."""
+    directory = cache_dir()
+    if directory is None:
+        return None
+    return directory / f"{digest}-{__version__}-{_CACHE_FORMAT}.json"
+
+
+def _cache_get(digest: str) -> tuple[Any, LineMap] | None:
+    entry = _cache_file(digest)
+    if entry is None:
+        return None
+    try:
+        if not (_safe(entry.stat()) and _safe(entry.parent.stat())):
+            return None
+        doc = json.loads(entry.read_text(encoding="utf-8"))
+        lines = LineMap({tuple(key): int(line) for key, line in doc["lines"]})
+        return doc["value"], lines
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent, unreadable or damaged: parse the YAML instead
+
+
+def _cache_put(digest: str, value: Any, lines: LineMap) -> None:
+    entry = _cache_file(digest)
+    if entry is None:
+        return
+    import tempfile  # only when writing an entry
+
+    try:
+        text = json.dumps({"value": value, "lines": [[list(k), v] for k, v in lines.items()]})
+    except (TypeError, ValueError):
+        return  # a value JSON cannot hold (e.g. !!binary): just do not cache it
+    with contextlib.suppress(OSError):  # a read-only home or a sandbox: no cache, no problem
+        entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _safe(entry.parent.stat()):
+            return
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, entry)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +35,7 @@ def nvml_gpus(check: Check, facts: NodeFacts, expectation: Expectation | None) -
 
 def gpu_refs(gpu: GpuFacts) -> dict[str, Any]:
     """Values a relative expectation may refer to, e.g. "@slowdown_c - 10"."""
-    return {f.name: getattr(gpu, f.name) for f in dataclasses.fields(gpu)}
+    return gpu._asdict()
 
 
 def subject(gpu: GpuFacts) -> str:

@@ -10,8 +10,7 @@ under `gpu.xid` (e.g. to escalate Xid 94 on a fleet that sees it rarely).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.facts import NodeFacts, XidEvent
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
@@ -21,8 +20,7 @@ from checks import Check
 XID = Check("gpu.xid", "Xid errors since boot", source="kmsg")
 
 
-@dataclass(frozen=True)
-class XidInfo:
+class XidInfo(NamedTuple):
     description: str
     severity: Severity
     action: str  # restart_app | reset_gpu | reboot | drain | contact_support | ...

@@ -58,13 +58,13 @@ def evaluate_cstates(facts: NodeFacts, profile: Profile) -> list[Finding]:
     states = facts.host.cpu.idle_states
     if isinstance(states, Unknown):
         return [CSTATES.unknown("node", expectation, f"CPU idle states: {states.reason}")]
-    enabled = [s for s in states if s.enabled_anywhere]
+    enabled = [s for s in states if s.enabled_anywhere]  # None (not counted) is shallower: skip
     if not enabled:
         return [CSTATES.finding("node", Status.PASS, expectation.severity, "no idle state is enabled",
                                 observed=0, expected=expectation.expected, reason=expectation.reason)]
     deepest = max(enabled, key=lambda s: s.latency_us)
     finding = CSTATES.compare("node", expectation, deepest.latency_us,
                               f"exit latency (us) of the deepest enabled idle state {deepest.name}")
-    on = deepest.total_cpus - deepest.disabled_cpus
+    on = deepest.total_cpus - (deepest.disabled_cpus or 0)
     finding.message += f" (enabled on {on} of {deepest.total_cpus} CPUs)"
     return [finding]

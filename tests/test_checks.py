@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 
@@ -148,7 +147,7 @@ def test_mtu_unknown_interfaces() -> None:
 
 def test_governor_mixed_lists_the_offending_cpus() -> None:
     prof = profile({"cpu": {"governor": exp(equals="performance")}})
-    cpu = replace(host().cpu, governors={"performance": (0, 1, 2, 5), "powersave": (3, 4, 6)})
+    cpu = host().cpu._replace(governors={"performance": (0, 1, 2, 5), "powersave": (3, 4, 6)})
     (finding,) = GOVERNOR.run(node(host(cpu=cpu)), prof)
     assert finding.status is Status.FAIL
     assert "powersave on CPUs 3-4,6" in finding.message
@@ -158,7 +157,7 @@ def test_governor_mixed_lists_the_offending_cpus() -> None:
 
 def test_governor_without_cpufreq_is_unknown() -> None:
     prof = profile({"cpu": {"governor": exp(equals="performance")}})
-    cpu = replace(host().cpu, governors=Unknown("no cpufreq driver"))
+    cpu = host().cpu._replace(governors=Unknown("no cpufreq driver"))
     (finding,) = GOVERNOR.run(node(host(cpu=cpu)), prof)
     assert finding.status is Status.UNKNOWN and "no cpufreq driver" in finding.message
 
@@ -236,7 +235,7 @@ def test_profile_match_fallback_warns_and_names_the_hardware() -> None:
     auto = ProfileMatch("hgx-h100-sxm", "auto", "x", matched_on=("gpu_pci_ids=10de:2330",))
     (ok,) = PROFILE_MATCH.run(node(profile_match=auto), profile({}))
     assert ok.status is Status.PASS and "gpu_pci_ids=10de:2330" in ok.message
-    tie = replace(auto, also_matched=("twin",))
+    tie = auto._replace(also_matched=("twin",))
     (warn,) = PROFILE_MATCH.run(node(profile_match=tie), profile({}))
     assert warn.status is Status.WARN and "twin" in warn.message
 

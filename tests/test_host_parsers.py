@@ -525,11 +525,14 @@ def test_read_cpu_governors_grouped_and_idle_states(tmp_path: Path) -> None:
     }
     assert (cpu.scaling_driver, cpu.idle_driver) == ("intel_pstate", "intel_idle")
     assert not isinstance(cpu.idle_states, Unknown)
+    # Counted deepest first until a state is enabled somewhere (C1E here);
+    # shallower states are not counted (None). Numeric order: state10 after state2.
     assert [(s.index, s.name, s.latency_us, s.disabled_cpus, s.total_cpus) for s in cpu.idle_states] == [
-        (0, "POLL", 0, 0, 4), (1, "C1", 2, 1, 4), (2, "C1E", 10, 0, 4), (10, "C6", 170, 4, 4),
-    ]  # numeric order: state10 after state2
+        (0, "POLL", 0, None, 4), (1, "C1", 2, None, 4), (2, "C1E", 10, 0, 4), (10, "C6", 170, 4, 4),
+    ]
     assert cpu.idle_states[3].enabled_anywhere is False
-    assert cpu.idle_states[1].enabled_anywhere is True
+    assert cpu.idle_states[2].enabled_anywhere is True
+    assert cpu.idle_states[1].enabled_anywhere is None
 
 
 def test_read_cpu_without_cpufreq_or_cpuidle(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ Every reader turns a missing, unreadable or malformed file into an
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import os
 import re
@@ -257,8 +256,7 @@ def read_pci_function(fs: FsRoot, address: str) -> PciFunction | Unknown:
     if not wants_detail(vendor, class_code):
         return function
     numa = _maybe(fs, f"{base}/numa_node", int)
-    return dataclasses.replace(
-        function,
+    return function._replace(
         numa_node=None if numa is None or numa < 0 else numa,
         current_link_speed=_maybe(fs, f"{base}/current_link_speed", str),
         current_link_width=_maybe(fs, f"{base}/current_link_width", int),
@@ -384,21 +382,31 @@ def read_idle_states(fs: FsRoot, online: tuple[int, ...]) -> tuple[IdleState, ..
     names = _listdir(fs, first)
     if isinstance(names, Unknown):
         return Unknown(f"{first} is absent: no cpuidle driver")
-    states: list[IdleState] = []
+    found: list[tuple[int, str, str, int]] = []
     for entry in names:
         if not re.fullmatch(r"state\d+", entry):
             continue
-        index = int(entry[5:])
         name = read_value(fs, f"{first}/{entry}/name")
         latency = read_value(fs, f"{first}/{entry}/latency", int)
         if isinstance(name, Unknown):
             return name
         if isinstance(latency, Unknown):
             return latency
+        found.append((int(entry[5:]), entry, name, latency))
+    # Count, deepest state first, on how many CPUs each state is disabled; stop at
+    # the first state enabled somewhere: shallower states cannot change the
+    # answer ("the deepest enabled state") and a 224-CPU node saves ~450 reads.
+    states: list[IdleState] = []
+    deepest_enabled_found = False
+    for index, entry, name, latency in sorted(found, key=lambda s: (-s[3], -s[0])):
+        if deepest_enabled_found:
+            states.append(IdleState(index, name, latency, None, len(online)))
+            continue
         disabled = sum(
             1 for cpu in online if _maybe(fs, f"{CPU_DIR}/cpu{cpu}/cpuidle/{entry}/disable", int) == 1
         )
         states.append(IdleState(index, name, latency, disabled, len(online)))
+        deepest_enabled_found = disabled < len(online)
     return tuple(sorted(states, key=lambda s: s.index))
 
 
