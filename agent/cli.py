@@ -177,14 +177,13 @@ def profiles_validate(files: tuple[Path, ...]) -> None:
 @source_options
 def profiles_match(simulate: str | None, snapshot: Path | None, config_path: Path | None) -> None:
     """Show which profile a node matches, and on what."""
-    from agent.engine import AuditRequest, open_node
-    from agent.matching import identify, select
+    from agent.engine import AuditRequest, node_identity, open_node
+    from agent.matching import select
     from agent.profiles import ProfileStore
-    from agent.sources.host import read_host_facts
 
     config = _config(config_path)
     node = open_node(AuditRequest(config=config, simulate=simulate, snapshot=snapshot))
-    identity = identify(read_host_facts(node.fs))
+    identity = node_identity(node)
     selection = select(identity, ProfileStore(config.profile_dirs, config.overrides_file))
     click.echo(f"hardware: {identity.describe()}")
     click.echo(f"profile:  {selection.profile.name} ({selection.how})")

@@ -20,7 +20,7 @@ from agent import __version__
 from agent.config import Config
 from agent.errors import AuditError, NodewardenError
 from agent.facts import HostFacts, KmsgRecord, NodeFacts, NvmlFacts, ProfileMatch
-from agent.matching import identify, select
+from agent.matching import Identity, identify, select
 from agent.model import Finding, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import ProfileStore
 from agent.snapshot import Snapshot, open_snapshot, simulated_path
@@ -55,7 +55,7 @@ class NodeSource:
     """Where facts come from: the live machine or a recorded snapshot."""
 
     mode: str  # live | snapshot | simulated
-    fs: FsRoot
+    fs: FsRoot | None  # None: a snapshot without host data (e.g. an nvidia-smi import)
     snapshot: Snapshot | None = None
 
     @property
@@ -90,11 +90,19 @@ def open_node(request: AuditRequest) -> NodeSource:
         raise NodewardenError("--simulate and --snapshot are mutually exclusive")
     if request.simulate:
         snap = open_snapshot(simulated_path(request.simulate))
-        return NodeSource("simulated", snap.fs(), snap)
+        return NodeSource("simulated", snap.fs() if snap.has("host") else None, snap)
     if request.snapshot:
         snap = open_snapshot(request.snapshot)
-        return NodeSource("snapshot", snap.fs(), snap)
+        return NodeSource("snapshot", snap.fs() if snap.has("host") else None, snap)
     return NodeSource("live", LiveFs("/"))
+
+
+def node_identity(node: NodeSource, nvml_timeout_s: float = 10.0) -> Identity:
+    """What profile matching sees: PCI ids and DMI, or NVML's GPUs without host data."""
+    if node.fs is not None:
+        return identify(read_host_facts(node.fs))
+    nvml, _status = node.read_nvml(nvml_timeout_s)
+    return identify(absent_host_facts("not in this snapshot"), nvml)
 
 
 def _timed(name: str, func: Callable[[], T]) -> tuple[T, SourceStatus]:
@@ -154,12 +162,14 @@ def select_checks(checks: Iterable[Check], only: Iterable[str], skip: Iterable[s
 
 
 def _read_host(node: NodeSource) -> tuple[HostFacts, SourceStatus]:
+    fs = node.fs
+    assert fs is not None
     try:
-        return _timed("host", lambda: read_host_facts(node.fs))
+        return _timed("host", lambda: read_host_facts(fs))
     except NodewardenError:
         raise
     except OSError as exc:  # the parsers catch per-file errors; this is the root itself
-        raise AuditError(f"cannot read the host ({node.fs.description}): {exc}") from exc
+        raise AuditError(f"cannot read the host ({fs.description}): {exc}") from exc
 
 
 def _node_info(host: HostFacts, node: NodeSource) -> dict[str, Any]:
@@ -218,8 +228,9 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         config.profile if request.profile is None and config.profile != "auto" else None)
     selection = select(identity, store, forced)
     profile = selection.profile
-    missing = [k for k in profile.sysctl_keys if k not in host.sysctl]
-    host.sysctl.update(read_sysctls(node.fs, missing))
+    if node.fs is not None:
+        missing = [k for k in profile.sysctl_keys if k not in host.sysctl]
+        host.sysctl.update(read_sysctls(node.fs, missing))
 
     kmsg: tuple[KmsgRecord, ...] | Unknown
     if node.captured("kmsg"):
@@ -240,7 +251,11 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems,
     ))
-    findings = run_checks(checks, facts, profile)
+    # A source that was not asked for (not in the snapshot, not configured) is
+    # reported once by source.available; its checks produce nothing.
+    runnable = [c for c in checks if c.id in ALWAYS_CHECKS or sources.get(c.source) is None
+                or sources[c.source].configured]
+    findings = run_checks(runnable, facts, profile)
     if config.waivers_file is not None:
         findings = apply_waivers(findings, load_waivers(config.waivers_file),
                                  request.today or dt.date.today())

@@ -151,6 +151,15 @@ class Expectation:
     def option(self, name: str, default: Any = None) -> Any:
         return dict(self.options).get(name, default)
 
+    def references(self) -> list[str]:
+        """Names of the device values this expectation refers to ("@slowdown_c - 10")."""
+        names = []
+        for _, value in self.comparators:
+            match = REF_RE.match(value.strip()) if is_reference(value) else None
+            if match:
+                names.append(match.group(1))
+        return names
+
     @property
     def relative(self) -> bool:
         return any(is_reference(v) for _, v in self.comparators)

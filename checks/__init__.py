@@ -68,11 +68,12 @@ class Check:
         `refs` resolves relative expectations such as `max: "@slowdown_c - 10"`
         against what the device itself reports.
         """
-        if isinstance(observed, Unsupported):
-            return self.finding(subject, Status.SKIP, expectation.severity, f"{what}: {observed.reason}",
-                                expected=expectation.expected, reason=expectation.reason)
         if isinstance(observed, Unknown):
-            return self.unknown(subject, expectation, f"{what}: {observed.reason}")
+            return self.missing(subject, expectation, observed, what)
+        for name in expectation.references():
+            ref = (refs or {}).get(name)
+            if isinstance(ref, Unsupported):  # e.g. a threshold this GPU or recording lacks
+                return self.missing(subject, expectation, ref, f"{what} is {observed}, but {name}")
         resolved = expectation.resolve(refs or {})
         if isinstance(resolved, str):
             return self.unknown(subject, expectation, f"{what} is {observed}, but {resolved}")
@@ -88,6 +89,15 @@ class Check:
         return self.finding(subject, expectation.status_on_mismatch(), expectation.severity,
                             f"{what} is {observed}, expected {expectation.describe()}",
                             observed=observed, expected=expectation.expected, reason=expectation.reason)
+
+    def missing(self, subject: str, expectation: Expectation | None, value: Unknown, what: str) -> Finding:
+        """A fact that could not be judged: `skip` if not supported/recorded, else `unknown`."""
+        if isinstance(value, Unsupported):
+            return self.finding(subject, Status.SKIP, expectation.severity if expectation else Severity.INFO,
+                                f"{what}: {value.reason}",
+                                expected=expectation.expected if expectation else None,
+                                reason=expectation.reason if expectation else None)
+        return self.unknown(subject, expectation, f"{what}: {value.reason}")
 
     def unknown(self, subject: str, expectation: Expectation | None, message: str) -> Finding:
         return self.finding(subject, Status.UNKNOWN,

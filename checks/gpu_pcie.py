@@ -8,7 +8,7 @@ Replay counters are judged as a rate, since healthy GPUs show a few replays.
 from __future__ import annotations
 
 from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Unknown
+from agent.model import Finding, Unknown, Unsupported
 from agent.profiles import Profile
 from checks import Check
 from checks._gpu import per_gpu
@@ -31,8 +31,8 @@ def evaluate_replay(facts: NodeFacts, profile: Profile) -> list[Finding]:
         if isinstance(gpu.pcie_replays, Unknown):
             return gpu.pcie_replays
         if isinstance(uptime, Unknown):
-            return Unknown(f"{gpu.pcie_replays} replays, but no uptime to turn them into a rate "
-                           f"({uptime.reason})")
+            kind = Unsupported if isinstance(uptime, Unsupported) else Unknown
+            return kind(f"{gpu.pcie_replays} replays, but no uptime to turn them into a rate ({uptime.reason})")
         return round(gpu.pcie_replays / max(uptime / 3600.0, 1.0), 2)
 
     return per_gpu(REPLAY, facts, profile.expectation("gpu", "pcie", "replay_rate"), per_hour,

@@ -33,7 +33,7 @@ def evaluate_governor(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return []
     governors = facts.host.cpu.governors
     if isinstance(governors, Unknown):
-        return [GOVERNOR.unknown("node", expectation, f"CPU governor: {governors.reason}")]
+        return [GOVERNOR.missing("node", expectation, governors, "CPU governor")]
     if len(governors) == 1:
         (only,) = governors
         what = f"scaling_governor of all {len(governors[only])} CPUs"
@@ -57,7 +57,7 @@ def evaluate_cstates(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return []
     states = facts.host.cpu.idle_states
     if isinstance(states, Unknown):
-        return [CSTATES.unknown("node", expectation, f"CPU idle states: {states.reason}")]
+        return [CSTATES.missing("node", expectation, states, "CPU idle states")]
     enabled = [s for s in states if s.enabled_anywhere]  # None (not counted) is shallower: skip
     if not enabled:
         return [CSTATES.finding("node", Status.PASS, expectation.severity, "no idle state is enabled",

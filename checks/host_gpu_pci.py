@@ -21,7 +21,7 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return []
     gpus = facts.host.nvidia_gpus
     if isinstance(gpus, Unknown):
-        return [PCI_COUNT.unknown("node", expectation, f"NVIDIA GPUs on PCI: {gpus.reason}")]
+        return [PCI_COUNT.missing("node", expectation, gpus, "NVIDIA GPUs on PCI")]
     finding = PCI_COUNT.compare("node", expectation, len(gpus), "NVIDIA GPUs on PCI")
     if gpus:
         finding.message += " (" + ", ".join(g.address for g in sorted(gpus, key=lambda g: g.address)) + ")"

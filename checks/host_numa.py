@@ -40,7 +40,7 @@ def evaluate_affinity(facts: NodeFacts, profile: Profile) -> list[Finding]:
     gpus = host.nvidia_gpus
     for value in (gpus, host.numa_nodes, host.interfaces, host.pci):
         if isinstance(value, Unknown):
-            return [AFFINITY.unknown("node", expectation, f"NUMA pairing: {value.reason}")]
+            return [AFFINITY.missing("node", expectation, value, "NUMA pairing")]
     assert not isinstance(gpus, Unknown) and not isinstance(host.numa_nodes, Unknown)
     assert not isinstance(host.interfaces, Unknown) and not isinstance(host.pci, Unknown)
     by_address = {f.address: f for f in host.pci}

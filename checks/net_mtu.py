@@ -37,7 +37,7 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     interfaces = facts.host.interfaces
     if isinstance(interfaces, Unknown):
         first = profile.expectation("network", "mtu", sorted(rules)[0], "expect")
-        return [MTU.unknown("node", first, f"network interfaces: {interfaces.reason}")]
+        return [MTU.missing("node", first, interfaces, "network interfaces")]
     pci = facts.host.pci
     pci_ids = {} if isinstance(pci, Unknown) else {f.address: f.pci_id for f in pci}
     findings = []

@@ -103,7 +103,10 @@ def test_power_limit_relative_to_the_default(h100: Profile) -> None:
     a100 = one(nvml_node([gpu_facts(0, power_limit_w=400.0, default_limit_w=400.0)]), h100, POWER_LIMIT, "gpu0")
     assert a100.status is Status.PASS  # the reference adapts to each GPU model
     no_default = gpu_facts(0, default_limit_w=Unsupported("not supported"))
-    assert one(nvml_node([no_default]), h100, POWER_LIMIT, "gpu0").status is Status.UNKNOWN
+    assert one(nvml_node([no_default]), h100, POWER_LIMIT, "gpu0").status is Status.SKIP
+    unreadable = gpu_facts(0, default_limit_w=Unknown("nvmlDeviceGetPowerManagementDefaultLimit: Unknown Error"))
+    finding = one(nvml_node([unreadable]), h100, POWER_LIMIT, "gpu0")
+    assert finding.status is Status.UNKNOWN and "Unknown Error" in finding.message
 
 
 def test_clock_events_severity_per_reason(h100: Profile) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeGuard
 
 from agent.errors import SnapshotError
 from agent.facts import GpuFacts, NvmlFacts
@@ -134,8 +134,12 @@ class NvmlReader:
 
     # -- one call -------------------------------------------------------------------------------
 
-    def call(self, name: str, *args: Any) -> Any:
-        """One NVML call; errors become Unknown/Unsupported, lost GPUs raise GpuLost."""
+    def call(self, name: str, *args: Any, fallback: bool = False) -> Any:
+        """One NVML call; errors become Unknown/Unsupported, lost GPUs raise GpuLost.
+
+        With `fallback`, a function the driver lacks raises FunctionMissing so the
+        caller can try an older one; otherwise it is simply unsupported.
+        """
         nvml = self.nvml
         self.progress.current = name
         self.progress.calls += 1
@@ -145,7 +149,9 @@ class NvmlReader:
         except nvml.NVMLError_GpuIsLost:
             raise GpuLost(f"{name}: GPU is lost (fallen off the bus)") from None
         except nvml.NVMLError_FunctionNotFound:
-            raise FunctionMissing(name) from None
+            if fallback:
+                raise FunctionMissing(name) from None
+            return Unsupported(f"the driver's NVML has no {name} (older driver)")
         except nvml.NVMLError_NotSupported as exc:
             if getattr(exc, "not_recorded", False):
                 return Unsupported(f"{getattr(exc, 'key', name)} is not in this recording")
@@ -160,7 +166,7 @@ class NvmlReader:
         missing = []
         for name, args in attempts:
             try:
-                return self.call(name, *args)
+                return self.call(name, *args, fallback=True)
             except FunctionMissing:
                 missing.append(name)
         return Unsupported(f"the driver's NVML has none of {', '.join(missing)}")
@@ -280,24 +286,26 @@ class NvmlReader:
         request: list[Any] = [getattr(nvml, name) for name in FIELDS]
         state_id = getattr(nvml, NVLINK_STATE_FIELD)
         request += [(state_id, link) for link in range(NVLINK_SCOPES)]
-        try:
-            values = self.call("nvmlDeviceGetFieldValues", handle, request)
-        except FunctionMissing:
-            values = Unsupported("the driver's NVML has no nvmlDeviceGetFieldValues")
+        values = self.call("nvmlDeviceGetFieldValues", handle, request)
         out: dict[str, Any] = {}
         if isinstance(values, Unknown):
             out = {name: values for name in FIELDS}
             out["nvlink_states"] = values
             return out
         states: list[int] = []
+        missing: list[Unknown] = []
         for name, value in zip(FIELDS, values[: len(FIELDS)], strict=True):
             out[name] = _field_value(nvml, value, name)
         for value in values[len(FIELDS):]:
             state = _field_value(nvml, value, NVLINK_STATE_FIELD)
             if isinstance(state, int):
                 states.append(state)
+            else:
+                missing.append(state)
         if states:
             out["nvlink_states"] = tuple(states)
+        elif missing and "recording" in missing[0].reason:
+            out["nvlink_states"] = Unsupported("NVLink link states are not in this recording")
         else:
             out["nvlink_states"] = Unsupported("no NVLink on this GPU, or the driver does not report link state")
         return out
@@ -308,13 +316,10 @@ class NvmlReader:
         info: Any = nvml.c_nvmlGpuFabricInfoV_t()
         info.version = nvml.nvmlGpuFabricInfo_v2
         try:
-            result = self.call("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
+            result = self.call("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info), fallback=True)
         except FunctionMissing:
             info = nvml.c_nvmlGpuFabricInfo_t()
-            try:
-                result = self.call("nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info))
-            except FunctionMissing:
-                result = Unsupported("the driver's NVML has no fabric info")
+            result = self.call("nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info))
         if isinstance(result, Unknown):
             return {"fabric_state": result, "fabric_status": result}
         state = FABRIC_STATES.get(int(info.state), f"state {info.state}")
@@ -330,7 +335,9 @@ def _map(value: Any, func: Callable[[Any], Any]) -> Any:
         return value
     try:
         return func(value)
-    except (TypeError, ValueError, IndexError, AttributeError) as exc:
+    except AttributeError as exc:  # a partly recorded structure (e.g. an imported dump)
+        return Unsupported(f"not in this recording ({exc})")
+    except (TypeError, ValueError, IndexError) as exc:
         return Unknown(f"unexpected NVML value {value!r}: {exc}")
 
 
@@ -358,6 +365,8 @@ def _error_text(nvml: Any, code: int) -> str:
 
 
 def _field_value(nvml: Any, value: Any, name: str) -> Any:
+    if getattr(value, "not_recorded", False):
+        return Unsupported(f"{name} is not in this recording")
     ret = int(value.nvmlReturn)
     if ret == nvml.NVML_ERROR_NOT_SUPPORTED:
         return Unsupported(f"not supported by this GPU or driver ({name})")
@@ -517,6 +526,11 @@ def call_key(name: str, extra: tuple[Any, ...]) -> str:
     return name if not extra else f"{name}({','.join(str(a) for a in extra)})"
 
 
+def _is_error_record(value: Any) -> TypeGuard[dict[str, Any]]:
+    """{"error": "NVML_ERROR_..."} with an optional "note": a call that raised."""
+    return isinstance(value, dict) and "error" in value and set(value) <= {"error", "note"}
+
+
 class RecordedHandle(int):
     """A replayed device handle: just the GPU index."""
 
@@ -574,7 +588,7 @@ class RecordedNvml:
     def nvmlDeviceGetFieldValues(self, handle: RecordedHandle, field_ids: list[Any]) -> list[SimpleNamespace]:
         table = self._table(handle, "nvmlDeviceGetFieldValues")
         recorded = table.get("nvmlDeviceGetFieldValues")
-        if isinstance(recorded, dict) and set(recorded) == {"error"}:
+        if _is_error_record(recorded):
             raise self._error(recorded["error"])
         values = recorded if isinstance(recorded, dict) else {}
         out = []
@@ -588,7 +602,8 @@ class RecordedNvml:
         real = self._real
         ret, kind = real.NVML_SUCCESS, real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
         payload: float = 0
-        if value is None:
+        missing = value is None
+        if missing:
             ret = real.NVML_ERROR_NOT_SUPPORTED
         elif isinstance(value, dict):
             ret = getattr(real, str(value.get("error")), real.NVML_ERROR_UNKNOWN)
@@ -601,7 +616,7 @@ class RecordedNvml:
         union = SimpleNamespace(dVal=float(payload), uiVal=int(payload), ulVal=int(payload), ullVal=int(payload),
                                 sllVal=int(payload), siVal=int(payload), usVal=int(payload))
         return SimpleNamespace(fieldId=fid, scopeId=scope, timestamp=0, latencyUsec=0, valueType=kind,
-                               nvmlReturn=ret, value=union)
+                               nvmlReturn=ret, value=union, not_recorded=missing)
 
     def _count(self, index: int | None) -> None:
         self.calls += 1
@@ -639,7 +654,7 @@ class RecordedNvml:
         if key not in table:
             raise self._not_recorded(key)
         value = table[key]
-        if isinstance(value, dict) and set(value) <= {"error", "note"} and "error" in value:
+        if _is_error_record(value):
             raise self._error(value["error"])
         if outs:  # the call fills a structure passed with byref()
             target = outs[0]._obj
