@@ -23,7 +23,7 @@ def calls_per_gpu() -> dict[int, int]:
     from agent.sources.nvml import RecordedNvml, read_nvml
 
     backend = RecordedNvml.from_file(REPO / "fixtures" / "nodes" / NODE / "nvml.json")
-    facts, status = read_nvml(backend)
+    _facts, status = read_nvml(backend)
     if not status.ok:
         raise SystemExit(f"replay failed: {status.error}")
     return dict(backend.calls_per_device)
