@@ -349,3 +349,50 @@ def test_table_colours_statuses_only_when_asked() -> None:
     coloured = render(report, "table", color=True)
     assert "\x1b[31m\x1b[1mfail" in coloured  # red, bold
     assert "\x1b[" not in render(report, "table", color=False)
+
+
+def test_dgx_a100_node_is_healthy_under_its_own_profile(run_cli: RunCli) -> None:
+    code, report = audit(run_cli, "dgx-a100-healthy")
+    assert code == 0 and report["profile"] == "dgx-a100"
+    assert {f["status"] for f in report["findings"]} <= {"pass", "skip"}
+    links = {f["subject"]: f["observed"] for f in report["findings"] if f["check"] == "gpu.nvlink.links"}
+    assert links == {f"gpu{i}": 12 for i in range(8)}
+    assert not any(f["check"] == "gpu.fabric" for f in report["findings"])  # A100 has no fabric API: no expectation
+
+
+IMPORTED_FAILS = {*{("gpu.clocks.events", f"gpu{i}") for i in range(8)}, ("gpu.driver", "node"), ("gpu.cuda", "node")}
+
+
+def test_node_imported_from_a_real_nvidia_smi_dump(run_cli: RunCli) -> None:
+    code, report = audit(run_cli, "hgx-h100-nvsmi-import")
+    assert code == 1 and report["profile"] == "hgx-h100-sxm"
+    assert fails(report) == IMPORTED_FAILS
+    brake = next(f for f in report["findings"] if f["check"] == "gpu.clocks.events" and f["subject"] == "gpu0")
+    assert brake["severity"] == "critical" and brake["action"] == "check_power_delivery"
+    assert {"hw_power_brake", "hw_slowdown"} <= set(brake["observed"])
+    # What nvidia-smi -q does not contain is skipped with the reason, never passed.
+    links = next(f for f in report["findings"] if f["check"] == "gpu.nvlink.links" and f["subject"] == "gpu0")
+    assert links["status"] == "skip" and "not in this recording" in links["message"]
+    assert not any(f["check"].startswith(("host.", "net.")) for f in report["findings"])
+    assert report["sources"]["host"]["configured"] is False
+
+
+def test_import_nvidia_smi_cli(run_cli: RunCli, tmp_path: Path) -> None:
+    from tests.conftest import REPO
+
+    dumps = REPO / "fixtures" / "nvidia-smi"
+    out = tmp_path / "a100"
+    result = run_cli("snapshot", "import-nvidia-smi", str(dumps / "thamada-gls" / "A100SXMx4.q.txt"), "--out", str(out))
+    assert result.code == 0 and "imported 4 GPU(s)" in result.stdout
+    report = run_cli("audit", "--snapshot", str(out), "--format", "json").json()
+    remap = {f["subject"]: f for f in report["findings"] if f["check"] == "gpu.row_remap"}
+    assert [s for s, f in remap.items() if f["status"] == "warn"] == ["gpu1"]  # 9E:00.0, the second GPU
+    corrupt = run_cli("snapshot", "import-nvidia-smi",
+                      str(dumps / "gpud" / "nvidia-smi-query.535.183.01.out.0.invalid.txt"), "--out",
+                      str(tmp_path / "bad"))
+    assert corrupt.code == 2 and "8 attached GPUs but holds 1 GPU section" in corrupt.stderr
+    assert "Traceback" not in corrupt.stderr and not (tmp_path / "bad").exists()
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    nope = run_cli("snapshot", "import-nvidia-smi", str(garbage), "--out", str(tmp_path / "g"))
+    assert nope.code == 2 and "Traceback" not in nope.stderr

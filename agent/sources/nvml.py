@@ -485,6 +485,8 @@ def _to_jsonable(value: Any) -> Any:
         return {name: _to_jsonable(getattr(value, name)) for name, *_ in value._fields_}
     if isinstance(value, ctypes._SimpleCData):
         return value.value
+    if isinstance(value, SimpleNamespace):  # a replayed structure (recording a recording)
+        return {k: _to_jsonable(v) for k, v in vars(value).items()}
     return repr(value)
 
 
@@ -497,8 +499,11 @@ def _from_jsonable(value: Any) -> Any:
 
 
 def _error_name(nvml: Any, code: int) -> str:
-    for name in dir(nvml):
-        if name.startswith("NVML_ERROR_") and getattr(nvml, name) == code:
+    """NVML_ERROR_* name of a return code (from the real binding's constants)."""
+    import pynvml  # wrapped backends expose constants via __getattr__, so dir() misses them
+
+    for name in dir(pynvml):
+        if name.startswith("NVML_ERROR_") and getattr(pynvml, name) == code:
             return str(name)
     return str(code)
 
