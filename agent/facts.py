@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeAlias, TypeVar, Union
+from typing import Any, NamedTuple, TypeAlias, TypeVar, Union
 
 from agent.model import SourceStatus, Unknown
 
@@ -180,6 +180,7 @@ class NodeFacts:
     profile_match: ProfileMatch | None = None
     nvml: Maybe[NvmlFacts] = NOT_READ
     xids: Maybe[tuple[XidEvent, ...]] = ()
+    bmc: Maybe[BmcFacts] = NOT_READ
 
 
 def parse_kernel_cmdline(cmdline: str) -> dict[str, str | None]:
@@ -307,3 +308,121 @@ class XidEvent(NamedTuple):
     xid: int
     message: str
     ts_usec: int | None = None
+
+
+# --- BMC (Redfish or IPMI) ---------------------------------------------------------------------
+
+
+class BmcTemperature(NamedTuple):
+    """A temperature sensor with its own thresholds (°C). None: not reported."""
+
+    name: str
+    reading: float | None
+    upper_caution: float | None = None
+    upper_critical: float | None = None
+    upper_fatal: float | None = None
+    state: str | None = None  # Redfish Status.State: Enabled, Absent, ...; IPMI: present/absent
+    health: str | None = None  # OK, Warning, Critical
+    context: str | None = None  # PhysicalContext: Intake, CPU, GPU, ...
+    where: str = ""  # the Redfish resource or IPMI sensor it came from
+
+
+class BmcFan(NamedTuple):
+    name: str
+    reading: float | None
+    units: str | None = None  # RPM or Percent
+    lower_critical: float | None = None
+    state: str | None = None
+    health: str | None = None
+    where: str = ""
+
+
+class BmcPsu(NamedTuple):
+    name: str
+    state: str | None = None  # Enabled, Absent, StandbySpare, UnavailableOffline, ...
+    health: str | None = None
+    model: str | None = None
+    firmware: str | None = None
+    capacity_w: float | None = None
+    output_w: float | None = None
+    where: str = ""
+
+
+class BmcRedundancy(NamedTuple):
+    name: str
+    mode: str | None = None  # N+m, Failover, ...
+    state: str | None = None
+    health: str | None = None
+    min_needed: int | None = None
+    members: int | None = None
+    where: str = ""
+
+
+class BmcLeakDetector(NamedTuple):
+    name: str
+    detector_state: str | None = None  # OK, Warning, Critical
+    state: str | None = None
+    health: str | None = None
+    where: str = ""
+
+
+class FirmwareItem(NamedTuple):
+    """One entry of the firmware inventory (or what IPMI reports for the BMC)."""
+
+    name: str
+    version: str
+    component_id: str = ""  # the inventory member id, e.g. "iDRAC", "BIOS", "PSU.Slot.1"
+    updateable: bool | None = None
+    where: str = ""
+
+
+class BmcLogEntry(NamedTuple):
+    log: str  # SEL, IML, Event, ...
+    entry_id: str
+    severity: str | None  # OK, Warning, Critical
+    message: str
+    created: str | None = None  # ISO timestamp as the BMC reports it
+    message_id: str | None = None
+
+
+class BmcGpu(NamedTuple):
+    """A GPU as the BMC sees it (Processors with ProcessorType GPU, HGX baseboard)."""
+
+    name: str
+    model: str | None = None
+    firmware: str | None = None
+    serial: str | None = None
+    state: str | None = None
+    health: str | None = None
+    temperature_c: float | None = None
+    where: str = ""
+
+
+class BmcFacts(NamedTuple):
+    """The node as its BMC reports it. Each part may be Unknown with the resource and reason."""
+
+    protocol: str  # redfish | ipmi
+    vendor: Maybe[str] = NOT_READ
+    redfish_version: Maybe[str] = NOT_READ
+    manufacturer: Maybe[str] = NOT_READ
+    model: Maybe[str] = NOT_READ
+    bios_version: Maybe[str] = NOT_READ
+    health: Maybe[str] = NOT_READ
+    health_rollup: Maybe[str] = NOT_READ
+    health_causes: tuple[str, ...] = ()  # what the BMC blames, when it says (Conditions, sub-resources)
+    manager_model: Maybe[str] = NOT_READ
+    manager_firmware: Maybe[str] = NOT_READ
+    power_state: Maybe[str] = NOT_READ
+    firmware: Maybe[tuple[FirmwareItem, ...]] = NOT_READ
+    temperatures: Maybe[tuple[BmcTemperature, ...]] = NOT_READ
+    fans: Maybe[tuple[BmcFan, ...]] = NOT_READ
+    psus: Maybe[tuple[BmcPsu, ...]] = NOT_READ
+    redundancy: Maybe[tuple[BmcRedundancy, ...]] = NOT_READ
+    leak_detectors: Maybe[tuple[BmcLeakDetector, ...]] = NOT_READ
+    power_consumed_w: Maybe[float] = NOT_READ
+    bios_attributes: Maybe[dict[str, Any]] = NOT_READ
+    events: Maybe[tuple[BmcLogEntry, ...]] = NOT_READ
+    gpus: Maybe[tuple[BmcGpu, ...]] = NOT_READ
+    problems: tuple[str, ...] = ()  # resources that failed, with the reason
+    insecure: bool = False  # TLS verification was switched off (--bmc-insecure)
+    requests: int = 0
