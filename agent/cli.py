@@ -30,6 +30,15 @@ def source_options(func: F) -> F:
                      help="Replay a recorded snapshot directory."),
         click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
                      help="Config file (default /etc/nodewarden/config.yaml if present)."),
+        click.option("--bmc", "bmc_url", metavar="URL", help="Redfish service of the node's BMC (https://host)."),
+        click.option("--ipmi", "ipmi_host", metavar="HOST[:PORT]",
+                     help="IPMI-over-LAN BMC (where Redfish is missing or unusable)."),
+        click.option("--bmc-user", metavar="USER", help="BMC user name."),
+        click.option("--bmc-password-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+                     help="File holding the BMC password; must be readable by its owner only."),
+        click.option("--bmc-ca-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+                     help="CA bundle to verify the BMC's TLS certificate."),
+        click.option("--bmc-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (reported)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -83,6 +92,14 @@ def _config(config_path: Path | None) -> Any:
     return load_config(config_path)
 
 
+def _bmc_options(config: Any, kw: dict[str, Any]) -> Any:
+    from agent.credentials import resolve_bmc_options
+
+    return resolve_bmc_options(config.bmc, config.ipmi, url=kw.get("bmc_url"), ipmi=kw.get("ipmi_host"),
+                               user=kw.get("bmc_user"), password_file=kw.get("bmc_password_file"),
+                               ca_file=kw.get("bmc_ca_file"), insecure=bool(kw.get("bmc_insecure")))
+
+
 @cli.command()
 @source_options
 @click.option("--profile", metavar="NAME|auto", help="Profile to judge by (default: match automatically).")
@@ -93,15 +110,16 @@ def _config(config_path: Path | None) -> Any:
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Write the report to FILE atomically instead of stdout.")
 @click.pass_obj
-def audit(state: State, simulate: str | None, snapshot: Path | None, config_path: Path | None,
+def audit(state: State, /, simulate: str | None, snapshot: Path | None, config_path: Path | None,
           profile: str | None, only: tuple[str, ...], skip: tuple[str, ...], fmt: str | None,
-          output: Path | None) -> None:
+          output: Path | None, **bmc: Any) -> None:
     """Audit a node against its profile. Exit 0 no fail, 1 fail, 2 bad input, 3 could not run."""
     from agent.engine import AuditRequest, run_audit
     from agent.report import render, write_atomic
 
-    request = AuditRequest(config=_config(config_path), simulate=simulate, snapshot=snapshot,
-                           profile=profile, only=only, skip=skip)
+    config = _config(config_path)
+    request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, profile=profile, only=only,
+                           skip=skip, bmc=_bmc_options(config, bmc))
     report = run_audit(request)
     tty = output is None and sys.stdout.isatty()
     fmt = fmt or ("table" if tty else "json")
@@ -175,7 +193,7 @@ def profiles_validate(files: tuple[Path, ...]) -> None:
 
 @profiles.command("match")
 @source_options
-def profiles_match(simulate: str | None, snapshot: Path | None, config_path: Path | None) -> None:
+def profiles_match(simulate: str | None, snapshot: Path | None, config_path: Path | None, **_bmc: Any) -> None:
     """Show which profile a node matches, and on what."""
     from agent.engine import AuditRequest, node_identity, open_node
     from agent.matching import select
@@ -203,7 +221,7 @@ def snapshot() -> None:
 @click.option("--out", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="New directory to write (must not exist or be empty).")
 def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: Path | None,
-                     out: Path) -> None:
+                     out: Path, **bmc: Any) -> None:
     """Capture this node (or copy a simulated/recorded one) into DIR."""
     from agent.engine import AuditRequest, open_node
     from agent.profiles import ProfileStore

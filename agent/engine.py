@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 from agent import __version__
 from agent.config import Config
-from agent.errors import AuditError, NodewardenError
-from agent.facts import HostFacts, KmsgRecord, NodeFacts, NvmlFacts, ProfileMatch
+from agent.credentials import BmcOptions
+from agent.errors import AuditError, NodewardenError, SnapshotError
+from agent.facts import BmcFacts, HostFacts, KmsgRecord, NodeFacts, NvmlFacts, ProfileMatch
 from agent.matching import Identity, identify, select
 from agent.model import Finding, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import ProfileStore
@@ -35,7 +36,8 @@ T = TypeVar("T")
 REPORT_SCHEMA = "nodewarden.report/v1"
 # Checks about the audit itself: kept under --only unless skipped by name.
 ALWAYS_CHECKS = ("profile.match", "source.available")
-NVML_SOURCES = ("nvml", "crosscheck")
+NVML_SOURCES = ("nvml",)  # cross-checks use whichever views the other checks needed
+BMC_SOURCES = ("bmc",)
 
 
 @dataclass
@@ -48,6 +50,7 @@ class AuditRequest:
     skip: tuple[str, ...] = ()
     today: dt.date | None = None
     nvml_timeout_s: float = 10.0
+    bmc: BmcOptions = field(default_factory=BmcOptions)
 
 
 @dataclass
@@ -83,6 +86,72 @@ class NodeSource:
         facts, status = nvml.read_nvml(backend, timeout_s)
         status.detail["recorded"] = True
         return facts, status
+
+
+def read_bmc(node: NodeSource, options: BmcOptions) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
+    """Redfish first, IPMI where Redfish is missing or has no usable sensors."""
+    from agent.sources import ipmi, redfish
+
+    statuses: dict[str, SourceStatus] = {}
+    redfish_facts: BmcFacts | Unknown | None = None
+    ipmi_facts: BmcFacts | Unknown | None = None
+    snap = node.snapshot
+    if snap is not None:
+        if snap.has("redfish"):
+            redfish_facts, statuses["redfish"], _ = redfish.read_redfish(
+                lambda: redfish.RecordedRedfish(snap.path), concurrency=options.concurrency,
+                deadline_s=options.deadline_s)
+        if snap.has("ipmi"):
+            ipmi_facts, statuses["ipmi"] = ipmi.read_ipmi_recorded(_load_json(snap.path / "ipmi.json"))
+    else:
+        if options.url:
+            user, password = options.user or "", options.password.reveal() if options.password else ""
+            url = options.url
+            redfish_facts, statuses["redfish"], _ = redfish.read_redfish(
+                lambda: redfish.LiveRedfish(url, user, password, ca_file=options.ca_file, insecure=options.insecure,
+                                            timeout_s=options.timeout_s),
+                concurrency=options.concurrency, deadline_s=options.deadline_s, insecure=options.insecure)
+        if options.ipmi_host:
+            ipmi_facts, statuses["ipmi"], _raw = ipmi.read_ipmi_live(
+                options.ipmi_host, options.ipmi_port, options.user or "",
+                options.password.reveal() if options.password else "", timeout_s=options.deadline_s)
+    for name in ("redfish", "ipmi"):
+        if name not in statuses:
+            flag = "--bmc URL" if name == "redfish" else "--ipmi HOST"
+            statuses[name] = SourceStatus(name, ok=False, configured=False,
+                                          error="not in snapshot" if snap is not None else f"not configured ({flag})")
+    return merge_bmc(redfish_facts, ipmi_facts), statuses
+
+
+def merge_bmc(redfish_facts: BmcFacts | Unknown | None, ipmi_facts: BmcFacts | Unknown | None
+              ) -> BmcFacts | Unknown:
+    """Redfish's view, with IPMI's sensors where Redfish has none that report."""
+    if not isinstance(redfish_facts, BmcFacts):
+        if isinstance(ipmi_facts, BmcFacts):
+            return ipmi_facts
+        return redfish_facts or ipmi_facts or Unsupported("no BMC configured")
+    if not isinstance(ipmi_facts, BmcFacts):
+        return redfish_facts
+    merged = redfish_facts
+    for part in ("temperatures", "fans", "psus"):
+        ours = getattr(redfish_facts, part)
+        usable = not isinstance(ours, Unknown) and any(
+            getattr(item, "reading", None) is not None or getattr(item, "state", "Absent") != "Absent"
+            for item in ours)
+        if not usable and not isinstance(getattr(ipmi_facts, part), Unknown):
+            merged = merged._replace(**{part: getattr(ipmi_facts, part)})
+    if isinstance(merged.events, Unknown) and not isinstance(ipmi_facts.events, Unknown):
+        merged = merged._replace(events=ipmi_facts.events)
+    return merged
+
+
+def _load_json(path: Path) -> Any:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SnapshotError(f"unreadable: {exc}", path=str(path)) from None
 
 
 def open_node(request: AuditRequest) -> NodeSource:
@@ -159,6 +228,27 @@ def select_checks(checks: Iterable[Check], only: Iterable[str], skip: Iterable[s
             continue
         selected.append(check)
     return selected
+
+
+def _observed_at(node: NodeSource, now: dt.datetime) -> dt.datetime:
+    """When the node was read: now, or a snapshot's captured_at (events are judged from then)."""
+    if node.snapshot is None:
+        return now
+    text = str(node.snapshot.meta.get("captured_at") or "")
+    try:
+        stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return now
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
+
+
+def _source_configured(source: str, sources: dict[str, SourceStatus]) -> bool:
+    if source == "bmc":
+        return any(sources[s].configured for s in ("redfish", "ipmi") if s in sources)
+    if source == "crosscheck":
+        return True  # cross-checks decide for themselves which views they have
+    status = sources.get(source)
+    return status is None or status.configured
 
 
 def _read_host(node: NodeSource) -> tuple[HostFacts, SourceStatus]:
@@ -242,19 +332,24 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
     xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
 
-    for bmc in ("redfish", "ipmi"):
-        sources[bmc] = SourceStatus(bmc, ok=False, configured=False,
-                                    error=f"not configured (--{'bmc' if bmc == 'redfish' else 'ipmi'})")
+    bmc: BmcFacts | Unknown
+    if any(c.source in BMC_SOURCES for c in checks if c.id not in ALWAYS_CHECKS):
+        bmc, bmc_sources = read_bmc(node, request.bmc)
+        sources.update(bmc_sources)
+    else:
+        bmc = Unsupported("not read: no selected check needs the BMC")
+        for name in ("redfish", "ipmi"):
+            sources[name] = SourceStatus(name, ok=False, configured=False, error="not needed by the selected checks")
 
-    facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, profile_match=ProfileMatch(
+    facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, bmc=bmc,
+                      observed_at=_observed_at(node, started), profile_match=ProfileMatch(
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems,
     ))
     # A source that was not asked for (not in the snapshot, not configured) is
     # reported once by source.available; its checks produce nothing.
-    runnable = [c for c in checks if c.id in ALWAYS_CHECKS or sources.get(c.source) is None
-                or sources[c.source].configured]
+    runnable = [c for c in checks if c.id in ALWAYS_CHECKS or _source_configured(c.source, sources)]
     findings = run_checks(runnable, facts, profile)
     if config.waivers_file is not None:
         findings = apply_waivers(findings, load_waivers(config.waivers_file),

@@ -10,6 +10,7 @@ can turn it into an `unknown` finding that says why.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias, TypeVar, Union
@@ -181,6 +182,7 @@ class NodeFacts:
     nvml: Maybe[NvmlFacts] = NOT_READ
     xids: Maybe[tuple[XidEvent, ...]] = ()
     bmc: Maybe[BmcFacts] = NOT_READ
+    observed_at: dt.datetime | None = None  # when the node was read (a snapshot's captured_at)
 
 
 def parse_kernel_cmdline(cmdline: str) -> dict[str, str | None]:

@@ -23,6 +23,8 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     gpus_on_pci = None if isinstance(gpus, Unknown) else len(gpus)
     for name, status in sorted(facts.sources.items()):
         severity = _DEFAULT_SEVERITY.get(name, Severity.WARNING)
+        if name in ("redfish", "ipmi") and status.configured:
+            continue  # bmc.reachable reports it, with authentication and TLS detail
         if not status.configured:
             findings.append(SOURCE.finding(name, Status.SKIP, Severity.INFO,
                                            f"{name}: {status.error or 'not configured'}"))

@@ -432,7 +432,7 @@ BROKEN_PROFILES: dict[str, dict[str, Any]] = {
     "mtu-rule-expect-unknown-key": mutate((*RDMA_RULE, "expect", "mtu"), 9000),
     "module-name-with-dash": mutate(("expect", "modules", "nvidia-peermem"), _exp(equals="loaded")),
     "cmdline-key-leading-dash": mutate(("expect", "kernel_cmdline", "-iommu"), _exp(equals="pt")),
-    "unknown-expect-section": mutate(("expect", "bmc"), {}),
+    "unknown-expect-section": mutate(("expect", "bmcx"), {}),
     "unknown-numa-key": mutate(("expect", "numa", "interleave"), _exp(equals=1)),
     "expect-a-list": mutate(("expect",), []),
     "document-a-list": [VALID_PROFILE],  # type: ignore[dict-item]

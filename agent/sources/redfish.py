@@ -1,0 +1,697 @@
+"""Redfish source: the node as its BMC reports it, gently.
+
+BMCs are small, slow and fragile, so the walker:
+* asks for each resource once per audit (a cache by path),
+* keeps at most `concurrency` requests in flight (default 4) and schedules a
+  resource's children as soon as it arrives (no level-by-level waiting),
+* uses `$expand` only when the service root says it supports it, and falls
+  back to plain GETs when the expanded request is refused,
+* retries GETs (never anything else) with backoff on timeouts, resets and
+  5xx, and never retries after a 401 (no account lock-outs),
+* stops at an overall deadline; what it could not read is reported per
+  resource, never raised.
+
+Transports: `LiveRedfish` (DMTF `redfish` library: session login with
+fallback to basic auth, logout always, TLS verified unless told otherwise),
+`RecordedRedfish` (a snapshot's `redfish/v1/**/index.json`, the DMTF mockup
+layout, so a captured BMC can be served back by a mockup server) and
+`RecordingRedfish` (live, remembering every answer for `snapshot capture`).
+The parser (`parse_bmc`) is shared by all three.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.errors import ConfigError
+from agent.facts import (
+    BmcFacts,
+    BmcFan,
+    BmcGpu,
+    BmcLeakDetector,
+    BmcLogEntry,
+    BmcPsu,
+    BmcRedundancy,
+    BmcTemperature,
+    FirmwareItem,
+)
+from agent.model import SourceStatus, Unknown, Unsupported
+
+ROOT = "/redfish/v1"
+# Resource paths from the BMC are validated before they become URLs or files.
+_PATH_RE = re.compile(r"^/redfish/v1(?:/[A-Za-z0-9_.\-:@%!$()*+,;=~]+)*$")
+MAX_LOG_ENTRIES = 100  # per log service: enough to judge, bounded for BMCs with huge SELs
+
+
+class RedfishError(Exception):
+    """A GET that failed, with a reason fit for a finding."""
+
+    def __init__(self, path: str, reason: str, status: int | None = None) -> None:
+        super().__init__(f"GET {path}: {reason}")
+        self.path, self.reason, self.status = path, reason, status
+
+
+class AuthFailed(RedfishError):
+    """401/403: stop at once, retrying would lock the account."""
+
+
+class Transport(Protocol):
+    requests: int
+
+    def get(self, path: str) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def valid_path(path: str) -> str:
+    """A BMC-supplied @odata.id, without fragment, checked before use."""
+    clean = path.split("#", 1)[0].rstrip("/")
+    if not _PATH_RE.match(clean) or "/../" in f"{clean}/" or "/./" in f"{clean}/":
+        raise RedfishError(path, "refusing an unexpected resource path")
+    return clean
+
+
+# --- transports -------------------------------------------------------------------------------
+
+
+class LiveRedfish:
+    """HTTP(S) through the DMTF `redfish` client."""
+
+    def __init__(self, url: str, user: str, password: str, *, ca_file: str | None = None,
+                 insecure: bool = False, timeout_s: float = 10.0, retries: int = 2,
+                 backoff_s: float = 0.3) -> None:
+        import redfish  # only when a BMC is actually read
+
+        if not re.match(r"^https?://[A-Za-z0-9.\-:\[\]]+(:\d+)?/?$", url):
+            raise ConfigError(f"BMC URL must be http(s)://host[:port], got {url!r}")
+        self.url = url.rstrip("/")
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self.requests = 0
+        self.auth = "none"
+        self._lock = threading.Lock()
+        self._rest = redfish.rest.v1
+        if insecure or url.startswith("http://"):
+            cafile = None  # the library then does not verify (and plain HTTP has nothing to verify)
+        else:
+            import certifi
+
+            cafile = ca_file or certifi.where()  # verified by default, against the system bundle
+        try:
+            self._client = redfish.redfish_client(
+                base_url=self.url, username=user, password=password, default_prefix=f"{ROOT}/",
+                cafile=cafile, timeout=timeout_s, max_retry=0, check_connectivity=False)
+        except Exception as exc:  # noqa: BLE001 - the library raises many types; report, never crash
+            raise RedfishError(ROOT, _describe(exc)) from None
+        self._login()
+
+    def _login(self) -> None:
+        rest = self._rest
+        try:
+            self._client.login(auth="session")
+            self.auth = "session"
+            if getattr(self._client, "get_session_key", lambda: None)():
+                return
+        except rest.InvalidCredentialsError:
+            raise AuthFailed(f"{ROOT}/SessionService/Sessions", "authentication failed (HTTP 401)",
+                             401) from None
+        except Exception:  # noqa: BLE001 - no session service (or a broken one): try basic auth
+            self.auth = "basic"
+        try:
+            self._client.login(auth="basic")
+            self.auth = "basic"
+        except rest.InvalidCredentialsError:
+            raise AuthFailed(ROOT, "authentication failed (HTTP 401)", 401) from None
+        except Exception as exc:  # noqa: BLE001
+            raise RedfishError(ROOT, f"login failed: {_describe(exc)}") from None
+
+    def get(self, path: str) -> dict[str, Any]:
+        attempt = 0
+        while True:
+            attempt += 1
+            with self._lock:
+                self.requests += 1
+            try:
+                response = self._client.get(path, timeout=self.timeout_s, max_retry=0)
+            except Exception as exc:  # noqa: BLE001 - connection errors, timeouts, resets
+                reason = _describe(exc)
+                if attempt <= self.retries:
+                    time.sleep(self.backoff_s * attempt)
+                    continue
+                raise RedfishError(path, reason) from None
+            status = int(response.status)
+            if status in (401, 403):
+                raise AuthFailed(path, f"HTTP {status}: not authorised", status)
+            if status >= 500 and attempt <= self.retries:
+                time.sleep(self.backoff_s * attempt)
+                continue
+            if status != 200:
+                raise RedfishError(path, f"HTTP {status}{_error_message(response)}", status)
+            try:
+                body = json.loads(response.text)
+            except (ValueError, TypeError):
+                raise RedfishError(path, "the response is not JSON", status) from None
+            if not isinstance(body, dict):
+                raise RedfishError(path, "the response is not a JSON object", status)
+            return body
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # logging out of a dead BMC must not fail the audit
+            self._client.logout()
+
+
+def _describe(exc: BaseException) -> str:
+    """Reason text without credentials: the library's exceptions can carry URLs and headers."""
+    cause = exc.__cause__ or exc.__context__
+    if type(exc).__name__ == "RetriesExhaustedError" and cause is not None:
+        exc = cause
+    name = type(exc).__name__
+    text = str(exc)
+    if "timed out" in text.lower() or "Timeout" in name:
+        return "timed out"
+    if "CERTIFICATE_VERIFY_FAILED" in text or "SSLError" in name:
+        return "TLS certificate verification failed (pass --bmc-ca-file, or --bmc-insecure)"
+    if "Connection refused" in text:
+        return "connection refused"
+    if "reset" in text.lower() or "RemoteDisconnected" in text or "Connection aborted" in text:
+        return "connection reset"
+    return name
+
+
+def _error_message(response: Any) -> str:
+    try:
+        body = json.loads(response.text)
+        info = body.get("error", {}).get("@Message.ExtendedInfo") or [{}]
+        message = info[0].get("Message") or body.get("error", {}).get("message")
+        return f" ({message})" if message else ""
+    except Exception:  # noqa: BLE001 - error bodies are best effort
+        return ""
+
+
+class RecordedRedfish:
+    """A snapshot's `redfish/` tree (DMTF mockup layout: <path>/index.json)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.requests = 0
+
+    def get(self, path: str) -> dict[str, Any]:
+        self.requests += 1
+        clean = valid_path(path)
+        file = self.base / clean.lstrip("/") / "index.json"
+        try:
+            body = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RedfishError(path, "HTTP 404 (not in this recording)", 404) from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise RedfishError(path, f"unreadable recording: {exc}") from None
+        if not isinstance(body, dict):
+            raise RedfishError(path, "the recorded response is not a JSON object")
+        return body
+
+    def close(self) -> None:
+        return None
+
+
+class RecordingRedfish:
+    """Wraps a live transport and keeps every successful answer."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.answers: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def requests(self) -> int:
+        return self.inner.requests
+
+    def get(self, path: str) -> dict[str, Any]:
+        body = self.inner.get(path)
+        with self._lock:
+            self.answers[valid_path(path)] = body
+        return body
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def write(self, snapshot_dir: Path) -> None:
+        for path, body in sorted(self.answers.items()):
+            target = snapshot_dir / path.lstrip("/") / "index.json"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(body, indent=1, sort_keys=True), encoding="utf-8")
+
+
+# --- the walk ------------------------------------------------------------------------------------
+
+
+def _link(resource: dict[str, Any], *keys: str) -> str | None:
+    node: Any = resource
+    for key in keys:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    if isinstance(node, dict) and isinstance(node.get("@odata.id"), str):
+        return str(node["@odata.id"])
+    return None
+
+
+def _members(collection: dict[str, Any]) -> list[str]:
+    out = []
+    for member in collection.get("Members") or []:
+        if isinstance(member, dict) and isinstance(member.get("@odata.id"), str):
+            out.append(member["@odata.id"])
+    return list(dict.fromkeys(out))  # some BMCs list a member twice
+
+
+def _children(path: str, body: dict[str, Any]) -> list[str]:
+    """Which resources to read next, given one that arrived (the walk's plan)."""
+    kind = str(body.get("@odata.type", ""))
+    if path == ROOT:
+        return [p for p in (_link(body, "Systems"), _link(body, "Managers"), _link(body, "Chassis"),
+                            _link(body, "UpdateService")) if p]
+    if "Collection" in kind or ("Members" in body and "Members@odata.count" in body):
+        members = _members(body)
+        if path.endswith("/Entries"):
+            # Inline entries need no more requests; linked ones are bounded.
+            return [] if _inline_members(body) else members[-MAX_LOG_ENTRIES:]
+        return members
+    links: list[str | None] = []
+    if "ComputerSystem." in kind:
+        links = [_link(body, "Bios"), _link(body, "Processors"), _link(body, "LogServices")]
+    elif "Manager." in kind:
+        links = [_link(body, "LogServices")]
+    elif "Chassis." in kind:
+        links = [_link(body, "Thermal"), _link(body, "Power"), _link(body, "ThermalSubsystem"),
+                 _link(body, "PowerSubsystem")]
+    elif "ThermalSubsystem." in kind:
+        links = [_link(body, "Fans"), _link(body, "LeakDetection")]
+    elif "LeakDetection." in kind:
+        links = [_link(body, "LeakDetectors")]
+    elif "PowerSubsystem." in kind:
+        links = [_link(body, "PowerSupplies")]
+    elif "UpdateService." in kind:
+        links = [_link(body, "FirmwareInventory")]
+    elif "LogService." in kind:
+        links = [_link(body, "Entries")]
+    return [p for p in links if p]
+
+
+def _inline_members(body: dict[str, Any]) -> bool:
+    members = body.get("Members") or []
+    return bool(members) and all(isinstance(m, dict) and len(m) > 2 for m in members)
+
+
+class Walk:
+    """Fetches the resource graph from the root with bounded concurrency."""
+
+    def __init__(self, transport: Transport, concurrency: int = 4, deadline_s: float = 30.0) -> None:
+        self.transport = transport
+        self.concurrency = max(1, concurrency)
+        self.deadline_s = deadline_s
+        self.resources: dict[str, dict[str, Any]] = {}
+        self.errors: dict[str, RedfishError] = {}
+        self.auth_error: AuthFailed | None = None
+        self.timed_out = False
+
+    @staticmethod
+    def _canonical(path: str, known: dict[str, str]) -> str:
+        """Fix the case of a link against resources already read.
+
+        iLO links to "/redfish/v1/systems/1/bios" from "/redfish/v1/Systems/1";
+        real BMCs ignore case, mockup servers and recordings do not.
+        """
+        parts = path.split("/")
+        for end in range(len(parts), 2, -1):
+            prefix = known.get("/".join(parts[:end]).lower())
+            if prefix is not None:
+                return "/".join([prefix, *parts[end:]])
+        return path
+
+    def run(self, start: Iterable[str] = (ROOT,)) -> None:
+        end = time.monotonic() + self.deadline_s
+        seen: set[str] = set()
+        pool = futures.ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="redfish")
+        pending: dict[futures.Future[dict[str, Any]], str] = {}
+
+        known: dict[str, str] = {}  # lower-case path -> the case the BMC served it with
+
+        def submit(raw: str) -> None:
+            try:
+                path = self._canonical(valid_path(raw), known)
+            except RedfishError as exc:
+                self.errors[raw] = exc
+                return
+            if path.lower() in seen or self.auth_error is not None:
+                return
+            seen.add(path.lower())
+            pending[pool.submit(self.transport.get, path)] = path
+
+        for path in start:
+            submit(path)
+        try:
+            while pending:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    self.timed_out = True
+                    for future, path in pending.items():
+                        future.cancel()
+                        self.errors[path] = RedfishError(path, f"no answer before the {self.deadline_s:g} s deadline")
+                    break
+                done, _ = futures.wait(pending, timeout=remaining, return_when=futures.FIRST_COMPLETED)
+                for future in done:
+                    path = pending.pop(future)
+                    try:
+                        body = future.result()
+                    except AuthFailed as exc:
+                        self.auth_error = exc
+                        continue
+                    except RedfishError as exc:
+                        self.errors[path] = exc
+                        continue
+                    self.resources[path] = body
+                    known[path.lower()] = path
+                    for child in _children(path, body):
+                        submit(child)
+        finally:
+            # Do not wait for requests stuck on a hung BMC: their threads end with their timeouts.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _status(body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    status = body.get("Status") if isinstance(body.get("Status"), dict) else {}
+    assert isinstance(status, dict)
+    return status.get("State"), status.get("Health"), status.get("HealthRollup")
+
+
+def _of_type(resources: dict[str, dict[str, Any]], marker: str) -> list[tuple[str, dict[str, Any]]]:
+    return sorted((p, b) for p, b in resources.items() if marker in str(b.get("@odata.type", "")))
+
+
+def _threshold(sensor: dict[str, Any], legacy: str, modern: str) -> float | None:
+    value = _num(sensor.get(legacy))
+    if value is None and isinstance(sensor.get("Thresholds"), dict):
+        reading = sensor["Thresholds"].get(modern)
+        value = _num(reading.get("Reading")) if isinstance(reading, dict) else None
+    return value
+
+
+def parse_bmc(walk: Walk, insecure: bool = False) -> BmcFacts:
+    """Turn the resources a walk fetched into BmcFacts; missing parts say why."""
+    res = walk.resources
+    problems = tuple(sorted(f"{e.path}: {e.reason}" for e in walk.errors.values()))
+
+    def missing(what: str, marker: str) -> Unknown:
+        related = [e for p, e in walk.errors.items() if marker.lower() in p.lower()]
+        if related:
+            return Unknown(f"{what}: {related[0].reason} ({related[0].path})")
+        if walk.timed_out:
+            return Unknown(f"{what}: not read before the deadline")
+        return Unsupported(f"this BMC does not expose {what}")
+
+    root = res.get(ROOT, {})
+    systems = [(p, b) for p, b in _of_type(res, "ComputerSystem.") if "Collection" not in str(b.get("@odata.type"))]
+    managers = [(p, b) for p, b in _of_type(res, "Manager.") if "Collection" not in str(b.get("@odata.type"))]
+    host_system = _pick_host_system(systems)
+    facts: dict[str, Any] = {
+        "vendor": root.get("Vendor") or _oem_vendor(root) or missing("the vendor", ROOT),
+        "redfish_version": root.get("RedfishVersion") or missing("RedfishVersion", ROOT),
+    }
+    if host_system is not None:
+        _path, system = host_system
+        state, health, rollup = _status(system)
+        facts.update(
+            manufacturer=system.get("Manufacturer") or Unknown("Manufacturer is empty"),
+            model=system.get("Model") or Unknown("Model is empty"),
+            bios_version=system.get("BiosVersion") or Unknown("BiosVersion is empty"),
+            health=health or Unknown("no Status.Health"),
+            health_rollup=rollup or health or Unknown("no Status.HealthRollup"),
+            health_causes=_health_causes(system, res),
+            power_state=system.get("PowerState") or Unknown("no PowerState"),
+        )
+    else:
+        gone = missing("a ComputerSystem", "/Systems")
+        facts.update(manufacturer=gone, model=gone, bios_version=gone, health=gone, health_rollup=gone,
+                     power_state=gone)
+    if managers:
+        manager = sorted(managers, key=lambda m: (m[1].get("ManagerType") != "BMC", m[0]))[0][1]
+        facts["manager_model"] = manager.get("Model") or Unknown("Model is empty")
+        facts["manager_firmware"] = manager.get("FirmwareVersion") or Unknown("FirmwareVersion is empty")
+    else:
+        facts["manager_model"] = facts["manager_firmware"] = missing("a Manager", "/Managers")
+
+    firmware = [FirmwareItem(str(b.get("Name") or b.get("Id") or p.rsplit("/", 1)[-1]), str(b["Version"]),
+                             component_id=str(b.get("Id") or p.rsplit("/", 1)[-1]),
+                             updateable=b.get("Updateable") if isinstance(b.get("Updateable"), bool) else None,
+                             where=p)
+                for p, b in _of_type(res, "SoftwareInventory.") if "Collection" not in str(b.get("@odata.type"))
+                and isinstance(b.get("Version"), str) and b.get("Version")]
+    facts["firmware"] = tuple(firmware) if firmware else missing("a firmware inventory", "FirmwareInventory")
+    if isinstance(facts.get("bios_version"), Unknown):
+        # Some BMCs leave BiosVersion empty but list the BIOS in the inventory.
+        bios = [f for f in firmware if re.search(r"\bbios\b|system rom|uefi", f.name, re.IGNORECASE)]
+        if bios:
+            facts["bios_version"] = bios[0].version
+
+    temperatures: list[BmcTemperature] = []
+    fans: list[BmcFan] = []
+    psus: list[BmcPsu] = []
+    redundancy: list[BmcRedundancy] = []
+    consumed: float | None = None
+    thermal = _of_type(res, "Thermal.")
+    for path, body in thermal:
+        for t in body.get("Temperatures") or []:
+            if not isinstance(t, dict):
+                continue
+            state, health, _ = _status(t)
+            temperatures.append(BmcTemperature(
+                name=str(t.get("Name") or t.get("MemberId") or "?"), reading=_num(t.get("ReadingCelsius")),
+                upper_caution=_num(t.get("UpperThresholdNonCritical")),
+                upper_critical=_num(t.get("UpperThresholdCritical")), upper_fatal=_num(t.get("UpperThresholdFatal")),
+                state=state, health=health, context=t.get("PhysicalContext"), where=str(t.get("@odata.id") or path)))
+        for f in body.get("Fans") or []:
+            if not isinstance(f, dict):
+                continue
+            state, health, _ = _status(f)
+            fans.append(BmcFan(name=str(f.get("Name") or f.get("FanName") or f.get("MemberId") or "?"),
+                               reading=_num(f.get("Reading")), units=f.get("ReadingUnits"),
+                               lower_critical=_num(f.get("LowerThresholdCritical")), state=state, health=health,
+                               where=str(f.get("@odata.id") or path)))
+    for path, body in _of_type(res, "Fan."):
+        if "Collection" in str(body.get("@odata.type")) or any(f.where.startswith(path.rsplit("/Fans", 1)[0])
+                                                               for f in fans if "#" in f.where):
+            continue
+        state, health, _ = _status(body)
+        speed = body.get("SpeedPercent") if isinstance(body.get("SpeedPercent"), dict) else {}
+        assert isinstance(speed, dict)
+        fans.append(BmcFan(name=str(body.get("Name") or body.get("Id")), reading=_num(speed.get("Reading")),
+                           units="Percent", state=state, health=health, where=path))
+    for path, body in _of_type(res, "Power."):
+        for p in body.get("PowerSupplies") or []:
+            if isinstance(p, dict):
+                psus.append(_psu(p, str(p.get("@odata.id") or path)))
+        for r in body.get("Redundancy") or []:
+            if isinstance(r, dict):
+                state, health, _ = _status(r)
+                redundancy.append(BmcRedundancy(
+                    name=str(r.get("Name") or r.get("MemberId")), mode=r.get("Mode"), state=state, health=health,
+                    min_needed=r.get("MinNumNeeded") if isinstance(r.get("MinNumNeeded"), int) else None,
+                    members=len(r.get("RedundancySet") or []), where=str(r.get("@odata.id") or path)))
+        for control in body.get("PowerControl") or []:
+            if isinstance(control, dict) and consumed is None:
+                consumed = _num(control.get("PowerConsumedWatts"))
+    modern_psus = [_psu(b, p) for p, b in _of_type(res, "PowerSupply.")
+                   if "Collection" not in str(b.get("@odata.type"))]
+    if modern_psus:
+        psus = modern_psus  # the same units as Power.PowerSupplies, described by the newer schema
+    if not redundancy:  # the newer schema's groups only when the legacy Power has none (no doubles)
+        for path, body in _of_type(res, "PowerSubsystem."):
+            for number, r in enumerate(body.get("PowerSupplyRedundancy") or []):
+                if isinstance(r, dict):
+                    state, health, _ = _status(r)
+                    redundancy.append(BmcRedundancy(
+                        name=f"PowerSupplyRedundancy {number}", mode=r.get("RedundancyType"), state=state,
+                        health=health,
+                        min_needed=r.get("MinNeededInGroup") if isinstance(r.get("MinNeededInGroup"), int) else None,
+                        members=len(r.get("RedundancyGroup") or []), where=path))
+    temperatures, fans, psus = _unique_names(temperatures), _unique_names(fans), _unique_names(psus)
+    have_thermal = bool(thermal) or bool(_of_type(res, "ThermalSubsystem."))
+    have_power = bool(_of_type(res, "Power.")) or bool(_of_type(res, "PowerSubsystem."))
+    facts["temperatures"] = tuple(temperatures) if have_thermal else missing("thermal data", "Thermal")
+    facts["fans"] = tuple(fans) if have_thermal else missing("fans", "Thermal")
+    facts["psus"] = tuple(psus) if have_power else missing("power supplies", "Power")
+    facts["redundancy"] = tuple(redundancy) if have_power else missing("power redundancy", "Power")
+    facts["power_consumed_w"] = consumed if consumed is not None else Unsupported("no PowerConsumedWatts")
+
+    leaks = []
+    for path, body in _of_type(res, "LeakDetector."):
+        if "Collection" not in str(body.get("@odata.type")):
+            state, health, _ = _status(body)
+            leaks.append(BmcLeakDetector(str(body.get("Name") or body.get("Id")), body.get("DetectorState"),
+                                         state, health, path))
+    facts["leak_detectors"] = tuple(leaks) if leaks or _of_type(res, "LeakDetection.") else (
+        missing("leak detection", "LeakDetect"))
+
+    bios_resources = [b for _p, b in _of_type(res, "Bios.")]
+    facts["bios_attributes"] = (dict(bios_resources[0].get("Attributes") or {}) if bios_resources
+                                else missing("BIOS attributes", "/Bios"))
+
+    facts["events"] = _log_entries(res) if _of_type(res, "LogService.") else missing("log services", "LogServices")
+    gpus = []
+    for path, body in _of_type(res, "Processor."):
+        if str(body.get("ProcessorType", "")).upper() == "GPU":
+            state, health, _ = _status(body)
+            gpus.append(BmcGpu(name=str(body.get("Name") or body.get("Id")), model=body.get("Model"),
+                               firmware=body.get("FirmwareVersion"), serial=body.get("SerialNumber"),
+                               state=state, health=health, where=path))
+    facts["gpus"] = tuple(gpus) if _of_type(res, "Processor.") or _of_type(res, "ProcessorCollection") else (
+        missing("processors", "Processors"))
+    return BmcFacts(protocol="redfish", problems=problems, insecure=insecure, requests=walk.transport.requests,
+                    **facts)
+
+
+def _unique_names(items: list[Any]) -> list[Any]:
+    """Subjects must be unique: 'HpeServerPowerSupply' x4 becomes '... #1'..'... #4'."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.name] = counts.get(item.name, 0) + 1
+    seen: dict[str, int] = {}
+    out = []
+    for item in items:
+        if counts[item.name] > 1:
+            seen[item.name] = seen.get(item.name, 0) + 1
+            out.append(item._replace(name=f"{item.name} #{seen[item.name]}"))
+        else:
+            out.append(item)
+    return out
+
+
+def _psu(body: dict[str, Any], where: str) -> BmcPsu:
+    state, health, _ = _status(body)
+    return BmcPsu(name=str(body.get("Name") or body.get("MemberId") or body.get("Id") or "?"), state=state,
+                  health=health, model=body.get("Model"), firmware=body.get("FirmwareVersion"),
+                  capacity_w=_num(body.get("PowerCapacityWatts")),
+                  output_w=_num(body.get("LastPowerOutputWatts") or body.get("PowerOutputWatts")), where=where)
+
+
+def _pick_host_system(systems: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]] | None:
+    """The host computer system; HGX baseboards expose GPU trays as extra systems."""
+    if not systems:
+        return None
+    physical = [s for s in systems if s[1].get("SystemType", "Physical") == "Physical"
+                and "HGX" not in s[0] and s[1].get("BiosVersion")]
+    return (physical or systems)[0]
+
+
+def _oem_vendor(root: dict[str, Any]) -> str | None:
+    oem = root.get("Oem")
+    return next(iter(oem)) if isinstance(oem, dict) and oem else None
+
+
+def _health_causes(system: dict[str, Any], res: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    causes = []
+    status = system.get("Status") if isinstance(system.get("Status"), dict) else {}
+    assert isinstance(status, dict)
+    for condition in status.get("Conditions") or []:
+        if isinstance(condition, dict) and condition.get("Message"):
+            causes.append(f"{condition.get('Severity', '?')}: {condition['Message']}")
+    for path, body in sorted(res.items()):
+        state, health, _ = _status(body)
+        if health in ("Warning", "Critical") and state != "Absent" and body is not system:
+            causes.append(f"{body.get('Name') or path}: {health}")
+    return tuple(causes[:10])
+
+
+def _log_entries(res: dict[str, dict[str, Any]]) -> tuple[BmcLogEntry, ...]:
+    entries: list[BmcLogEntry] = []
+
+    def add(log: str, entry: dict[str, Any]) -> None:
+        severity = entry.get("Severity") or entry.get("MessageSeverity")
+        entries.append(BmcLogEntry(log=log, entry_id=str(entry.get("Id") or entry.get("@odata.id")),
+                                   severity=severity if isinstance(severity, str) else None,
+                                   message=str(entry.get("Message") or entry.get("Name") or ""),
+                                   created=entry.get("Created") if isinstance(entry.get("Created"), str) else None,
+                                   message_id=entry.get("MessageId")))
+
+    for path, body in res.items():
+        if path.endswith("/Entries"):
+            log = path.rsplit("/", 2)[-2]
+            for member in body.get("Members") or []:
+                if isinstance(member, dict) and len(member) > 2:
+                    add(log, member)
+        elif "LogEntry." in str(body.get("@odata.type", "")):
+            add(path.rsplit("/", 3)[-3], body)
+    unique = {(e.log, e.entry_id): e for e in entries}
+    return tuple(sorted(unique.values(), key=lambda e: (e.log, e.created or "", e.entry_id)))
+
+
+# --- reading with a deadline ------------------------------------------------------------------------
+
+
+def read_redfish(make_transport: Callable[[], Transport], *, concurrency: int = 4, deadline_s: float = 30.0,
+                 insecure: bool = False) -> tuple[BmcFacts | Unknown, SourceStatus, Transport | None]:
+    """Connect, walk, parse. Never raises; never blocks much past `deadline_s`."""
+    start = time.monotonic()
+    outcome: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            outcome["transport"] = make_transport()
+        except AuthFailed as exc:
+            outcome["auth"] = exc
+        except RedfishError as exc:
+            outcome["error"] = exc.reason
+        except Exception as exc:  # noqa: BLE001 - anything else is reported, not raised
+            outcome["error"] = _describe(exc)
+
+    worker = threading.Thread(target=connect, name="redfish-connect", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if worker.is_alive():
+        error = f"the BMC did not answer the login within {deadline_s:g} s"
+        return Unknown(error), SourceStatus("redfish", ok=False, error=error,
+                                            duration_s=time.monotonic() - start), None
+    if "auth" in outcome or "error" in outcome:
+        error = str(outcome["auth"].reason if "auth" in outcome else outcome["error"])
+        failed: dict[str, Any] = {"auth_failed": True} if "auth" in outcome else {}
+        return Unknown(error), SourceStatus("redfish", ok=False, error=error, duration_s=time.monotonic() - start,
+                                            detail=failed), None
+    transport: Transport = outcome["transport"]
+    walk = Walk(transport, concurrency=concurrency, deadline_s=max(0.1, deadline_s - (time.monotonic() - start)))
+    try:
+        walk.run()
+    finally:
+        closer = threading.Thread(target=transport.close, daemon=True)
+        closer.start()
+        closer.join(2.0)
+    elapsed = time.monotonic() - start
+    if walk.auth_error is not None:
+        error = walk.auth_error.reason
+        return Unknown(error), SourceStatus("redfish", ok=False, error=error, duration_s=elapsed,
+                                            detail={"auth_failed": True, "requests": transport.requests}), transport
+    if ROOT not in walk.resources:
+        error = walk.errors[ROOT].reason if ROOT in walk.errors else "the service root did not answer"
+        return Unknown(error), SourceStatus("redfish", ok=False, error=error, duration_s=elapsed), transport
+    facts = parse_bmc(walk, insecure=insecure)
+    detail: dict[str, Any] = {"requests": transport.requests, "resources": len(walk.resources),
+                              "failed_resources": len(walk.errors)}
+    if hasattr(transport, "auth"):
+        detail["auth"] = transport.auth
+    problem: str | None = f"{len(walk.errors)} resource(s) failed" if walk.errors else None
+    if walk.timed_out:
+        problem = f"stopped at the {deadline_s:g} s deadline; {problem or 'some resources were not read'}"
+    return facts, SourceStatus("redfish", ok=not walk.timed_out, error=problem, duration_s=elapsed,
+                               detail=detail), transport
