@@ -66,7 +66,7 @@ class AuthFailed(RedfishError):
 class Transport(Protocol):
     requests: int
 
-    def get(self, path: str) -> dict[str, Any]: ...
+    def get(self, path: str, expand: str | None = None) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -132,14 +132,17 @@ class LiveRedfish:
         except Exception as exc:  # noqa: BLE001
             raise RedfishError(ROOT, f"login failed: {_describe(exc)}") from None
 
-    def get(self, path: str) -> dict[str, Any]:
+    supports_expand = True
+
+    def get(self, path: str, expand: str | None = None) -> dict[str, Any]:
         attempt = 0
+        args = {"$expand": expand} if expand else None
         while True:
             attempt += 1
             with self._lock:
                 self.requests += 1
             try:
-                response = self._client.get(path, timeout=self.timeout_s, max_retry=0)
+                response = self._client.get(path, args=args, timeout=self.timeout_s, max_retry=0)
             except Exception as exc:  # noqa: BLE001 - connection errors, timeouts, resets
                 reason = _describe(exc)
                 if attempt <= self.retries:
@@ -198,11 +201,15 @@ def _error_message(response: Any) -> str:
 class RecordedRedfish:
     """A snapshot's `redfish/` tree (DMTF mockup layout: <path>/index.json)."""
 
+    supports_expand = False  # a recording holds resources as they were, one per path
+
     def __init__(self, base: Path) -> None:
         self.base = base
         self.requests = 0
 
-    def get(self, path: str) -> dict[str, Any]:
+    def get(self, path: str, expand: str | None = None) -> dict[str, Any]:
+        if expand:
+            raise RedfishError(path, "$expand is not available from a recording", 501)
         self.requests += 1
         clean = valid_path(path)
         file = self.base / clean.lstrip("/") / "index.json"
@@ -232,8 +239,12 @@ class RecordingRedfish:
     def requests(self) -> int:
         return self.inner.requests
 
-    def get(self, path: str) -> dict[str, Any]:
-        body = self.inner.get(path)
+    @property
+    def supports_expand(self) -> bool:
+        return bool(getattr(self.inner, "supports_expand", False))
+
+    def get(self, path: str, expand: str | None = None) -> dict[str, Any]:
+        body = self.inner.get(path, expand)
         with self._lock:
             self.answers[valid_path(path)] = body
         return body
@@ -277,6 +288,8 @@ def _children(path: str, body: dict[str, Any]) -> list[str]:
         return [p for p in (_link(body, "Systems"), _link(body, "Managers"), _link(body, "Chassis"),
                             _link(body, "UpdateService")) if p]
     if "Collection" in kind or ("Members" in body and "Members@odata.count" in body):
+        if _inline_expanded(body) and not path.endswith("/Entries"):
+            return []  # the walk registered the inline members and follows their links
         members = _members(body)
         if path.endswith("/Entries"):
             # Inline entries need no more requests; linked ones are bounded.
@@ -303,6 +316,37 @@ def _children(path: str, body: dict[str, Any]) -> list[str]:
     return [p for p in links if p]
 
 
+COLLECTION_NAMES = frozenset({"Systems", "Managers", "Chassis", "FirmwareInventory", "Processors", "LogServices",
+                              "PowerSupplies", "Fans", "LeakDetectors"})
+
+
+def expand_form(root: dict[str, Any]) -> str | None:
+    """The $expand value to use, from ProtocolFeaturesSupported.ExpandQuery (None: not supported)."""
+    features = root.get("ProtocolFeaturesSupported")
+    query = features.get("ExpandQuery") if isinstance(features, dict) else None
+    if not isinstance(query, dict):
+        return None
+    if query.get("Levels") and query.get("NoLinks"):
+        return ".($levels=1)"
+    if query.get("NoLinks"):
+        return "."
+    return None
+
+
+def _inline_expanded(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Members an expanded collection carried inline (full resources, not just links)."""
+    members = body.get("Members") or []
+    out = []
+    for member in members:
+        if isinstance(member, dict) and isinstance(member.get("@odata.id"), str) and "@odata.type" in member:
+            try:
+                valid_path(member["@odata.id"])
+            except RedfishError:
+                continue
+            out.append(member)
+    return out
+
+
 def _inline_members(body: dict[str, Any]) -> bool:
     members = body.get("Members") or []
     return bool(members) and all(isinstance(m, dict) and len(m) > 2 for m in members)
@@ -319,6 +363,8 @@ class Walk:
         self.errors: dict[str, RedfishError] = {}
         self.auth_error: AuthFailed | None = None
         self.timed_out = False
+        self.expand: str | None = None  # the $expand form the service supports, if any
+        self.expand_refused = False
 
     @staticmethod
     def _canonical(path: str, known: dict[str, str]) -> str:
@@ -351,7 +397,9 @@ class Walk:
             if path.lower() in seen or self.auth_error is not None:
                 return
             seen.add(path.lower())
-            pending[pool.submit(self.transport.get, path)] = path
+            expand = self.expand if (self.expand and not self.expand_refused
+                                     and path.rsplit("/", 1)[-1] in COLLECTION_NAMES) else None
+            pending[pool.submit(self.transport.get, path, expand)] = path
 
         for path in start:
             submit(path)
@@ -373,8 +421,23 @@ class Walk:
                         self.auth_error = exc
                         continue
                     except RedfishError as exc:
+                        if self.expand and not self.expand_refused and exc.status in (400, 404, 405, 501):
+                            # The service advertised $expand but refuses it: plain GETs from now on.
+                            self.expand_refused = True
+                            seen.discard(path.lower())
+                            submit(path)
+                            continue
                         self.errors[path] = exc
                         continue
+                    if path == ROOT:
+                        self.expand = expand_form(body) if getattr(self.transport, "supports_expand", False) else None
+                    for member in _inline_expanded(body):
+                        member_path = valid_path(member["@odata.id"])
+                        seen.add(member_path.lower())
+                        self.resources[member_path] = member
+                        known[member_path.lower()] = member_path
+                        for child in _children(member_path, member):
+                            submit(child)
                     self.resources[path] = body
                     known[path.lower()] = path
                     for child in _children(path, body):
