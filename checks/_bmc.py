@@ -7,7 +7,7 @@ from agent.facts import BmcFacts, NodeFacts
 from agent.model import Finding, Unknown, Unsupported
 from checks import Check
 
-PRESENT_STATES_SKIPPED = ("Absent", "StandbySpare", "StandbyOffline", "Disabled")
+PRESENT_STATES_SKIPPED = ("Absent", "StandbySpare", "StandbyOffline", "Standby", "Disabled")
 
 
 def bmc_facts(check: Check, facts: NodeFacts, expectation: Expectation | None,
