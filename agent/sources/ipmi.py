@@ -70,7 +70,9 @@ become Unknown with the reason and the problem is listed in `problems`):
       "sel": [                                 # pyghmi get_event_log entries
         {"record_id": 3, "timecode": 3575,     # seconds; < 0x20000000: since BMC init
          "component": "GPU0_Temp", "component_type": "Temperature",
-         "event": "Upper critical", "event_id": "1.9", "deassertion": false,
+         "event": "Upper critical", "event_id": "1.9",  # event/reading type . offset
+         "component_type_id": 1,               # sensor type; message_id "1.1.9" = type.event_id
+         "deassertion": false,
          "severity": 2,                        # pyghmi Health bits, as for sensors
          "triggered_value": 95, "threshold_value": 90,  # raw bytes (threshold events)
          "reading": 95.0, "threshold": 90.0}   # the same converted with the SDR
@@ -267,7 +269,9 @@ def _work(progress: _Progress, host: str, port: int, user: str, password: str,
         try:
             from pyghmi.exceptions import IpmiException
 
-            cmd = _command_class()(progress, bmc=host, port=port, userid=user, password=password)
+            command_class = _command_class()
+            _forget_stale_session(host, port, user, password)
+            cmd = command_class(progress, bmc=host, port=port, userid=user, password=password)
             _fetch_parts(cmd, progress, scrub, IpmiException)
         except Exception as exc:  # noqa: BLE001 - login failures and reader bugs become the source's error
             progress.outcome["error"] = _describe_login_error(exc, host, port, user, progress.step, scrub)
@@ -285,6 +289,8 @@ def _command_class() -> Any:
     """pyghmi's Command, counting every IPMI request it sends for this read."""
     from pyghmi.ipmi import command
 
+    _fix_pyghmi_lost_wakeup()
+
     class CountingCommand(command.Command):  # type: ignore[misc]  # pyghmi is untyped
         def __init__(self, progress: _Progress, **kwargs: Any) -> None:
             self._nw_progress = progress
@@ -300,6 +306,58 @@ def _command_class() -> Any:
             return super().xraw_command(*args, **kwargs)
 
     return CountingCommand
+
+
+def _fix_pyghmi_lost_wakeup() -> None:
+    """Do not sleep a retry timeout when our answer is already queued (pyghmi 1.6.19 race).
+
+    pyghmi sends a request, then registers to be woken when the answer arrives. Its I/O thread may
+    take the answer off the socket first (a fast BMC, or another thread holding the GIL): nothing
+    wakes the caller, which then sleeps its whole retry timeout (0.5-1 s), resends, and only then
+    handles the answer queued long ago. Against ipmi_sim this cost 0-6 s per read. The wrapper
+    returns at once when a session of that BMC that is waiting for an answer has packets queued;
+    pyghmi's loop then processes them. Installed once; a pyghmi without these internals is left alone.
+    """
+    try:
+        from pyghmi.ipmi.private import session
+    except ImportError:
+        return
+    original = getattr(session, "_io_wait", None)
+    handlers = getattr(getattr(session, "Session", None), "bmc_handlers", None)
+    if not callable(original) or getattr(original, "nodewarden_fix", False) or not isinstance(handlers, dict):
+        return
+
+    def io_wait(timeout: Any, myaddr: Any = None, evq: Any = None) -> Any:
+        if myaddr is not None:
+            with contextlib.suppress(Exception):  # a concurrent change of the handler table: just wait
+                for peer in list(session.Session.bmc_handlers.get(myaddr, {}).values()):
+                    if peer.pktqueue and getattr(peer, "awaitingresponse", False):
+                        return None
+        return original(timeout, myaddr, evq)
+
+    io_wait.nodewarden_fix = True  # type: ignore[attr-defined]
+    session._io_wait = io_wait
+
+
+def _forget_stale_session(host: str, port: int, user: str, password: str) -> None:
+    """Drop a dead session pyghmi would hand to the next Command for the same BMC and credentials.
+
+    pyghmi 1.6.19 files a session being set up under (host, user, password, port, kg) as text but
+    removes it with the user and password as bytes, so the entry outlives a logout or a failed
+    login. The next Command with the same settings then gets that dead session back and fails
+    (TypeError in raw_command, or "Session no longer connected"): every read after the first in
+    one process would fail. Only a session pyghmi has marked broken is dropped.
+    """
+    try:
+        from pyghmi.ipmi.private import session
+    except ImportError:
+        return
+    pending = getattr(getattr(session, "Session", None), "initting_sessions", None)
+    if isinstance(pending, dict):
+        key = (host, user, password, port, None)
+        stale = pending.get(key)
+        if stale is not None and getattr(stale, "broken", False):
+            pending.pop(key, None)
 
 
 def _fetch_parts(cmd: Any, progress: _Progress, scrub: Callable[[str], str], ipmi_error: type[BaseException]) -> None:
@@ -511,6 +569,8 @@ def _facts_and_status(raw: object, elapsed: float) -> tuple[BmcFacts | Unknown, 
         detail["problems"] = len(facts.problems)
     incomplete = raw.get("incomplete")
     error = incomplete if isinstance(incomplete, str) else None
+    if error is None and len(facts.problems) == len(PARTS):
+        error = f"every IPMI request failed; first: {facts.problems[0]}"
     return facts, SourceStatus(SOURCE, ok=error is None, error=error, duration_s=elapsed, detail=detail)
 
 
@@ -797,7 +857,13 @@ def _sel_entry(record: Any, where: str) -> BmcLogEntry:
     if timecode is not None and (isinstance(timecode, bool) or not isinstance(timecode, int)):
         raise RecordError(f"{where}.timecode: expected an integer")
     event_id = record.get("event_id")
-    subject = record.get("component") or record.get("component_type") or "IPMI"
+    sensor_type = record.get("component_type_id")
+    message_id = f"{sensor_type}.{event_id}" if isinstance(sensor_type, int) and event_id else event_id
+    component, component_type = record.get("component"), record.get("component_type")
+    if component and component_type and component.startswith("Sensor "):  # no SDR for it: say what it is
+        subject = f"{component_type} ({component})"
+    else:
+        subject = component or component_type or "IPMI"
     event = record.get("event")
     if event:
         message = f"{subject}: {event}"
@@ -821,7 +887,7 @@ def _sel_entry(record: Any, where: str) -> BmcLogEntry:
         message = f"{subject}: OEM record {oem}" if isinstance(oem, str) else f"{subject}: undecoded record"
     severity = _health_word(severity_bits) if isinstance(severity_bits, int) else None
     return BmcLogEntry(log="SEL", entry_id=str(record_id), severity=severity, message=message,
-                       created=_sel_time(timecode), message_id=event_id)
+                       created=_sel_time(timecode), message_id=message_id)
 
 
 def _sel_time(timecode: int | None) -> str | None:

@@ -26,6 +26,7 @@ import json
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from pathlib import Path
@@ -115,7 +116,9 @@ class LiveRedfish:
     def _login(self) -> None:
         rest = self._rest
         try:
-            self._client.login(auth="session")
+            with warnings.catch_warnings():  # the library warns about BMCs without a Location header
+                warnings.simplefilter("ignore")
+                self._client.login(auth="session")
             self.auth = "session"
             if getattr(self._client, "get_session_key", lambda: None)():
                 return
@@ -387,6 +390,7 @@ class Walk:
         pending: dict[futures.Future[dict[str, Any]], str] = {}
 
         known: dict[str, str] = {}  # lower-case path -> the case the BMC served it with
+        expanded: set[str] = set()  # paths requested with $expand
 
         def submit(raw: str) -> None:
             try:
@@ -399,6 +403,8 @@ class Walk:
             seen.add(path.lower())
             expand = self.expand if (self.expand and not self.expand_refused
                                      and path.rsplit("/", 1)[-1] in COLLECTION_NAMES) else None
+            if expand:
+                expanded.add(path)
             pending[pool.submit(self.transport.get, path, expand)] = path
 
         for path in start:
@@ -421,9 +427,10 @@ class Walk:
                         self.auth_error = exc
                         continue
                     except RedfishError as exc:
-                        if self.expand and not self.expand_refused and exc.status in (400, 404, 405, 501):
+                        if path in expanded and exc.status in (400, 404, 405, 501):
                             # The service advertised $expand but refuses it: plain GETs from now on.
                             self.expand_refused = True
+                            expanded.discard(path)
                             seen.discard(path.lower())
                             submit(path)
                             continue
