@@ -48,7 +48,7 @@ def live(url: str, **kw: object) -> tuple[BmcFacts | Unknown, object, object]:
 
 
 def test_live_read_equals_the_recorded_read(hpe: RedfishPeer) -> None:
-    facts, status, transport = live(hpe.url)
+    facts, status, _transport = live(hpe.url)
     recorded, _, _ = read_redfish(lambda: RecordedRedfish(mockup("hpe-dl380a-gen11")))
     assert isinstance(facts, BmcFacts) and isinstance(recorded, BmcFacts)
     assert status.ok and status.detail["auth"] == "basic"  # sushy-static has no sessions: basic fallback
@@ -61,7 +61,7 @@ def test_live_read_equals_the_recorded_read(hpe: RedfishPeer) -> None:
 
 
 def test_no_resource_is_fetched_twice(proxy: FaultProxy) -> None:
-    facts, status, _ = live(proxy.url)
+    facts, _status, _ = live(proxy.url)
     assert isinstance(facts, BmcFacts)
     counts = proxy.requests("GET")
     assert counts and max(counts.values()) == 1, {p: n for p, n in counts.items() if n > 1}
@@ -104,7 +104,7 @@ def test_server_errors_are_retried_but_a_401_is_not(proxy: FaultProxy) -> None:
 def test_slow_resources_are_waited_for(proxy: FaultProxy) -> None:
     proxy.set_rules(["/Chassis/1/Thermal$ delay 1.5"])
     start = time.monotonic()
-    facts, status, _ = live(proxy.url)
+    facts, _status, _ = live(proxy.url)
     assert isinstance(facts, BmcFacts) and isinstance(facts.temperatures, tuple) and facts.temperatures
     assert 1.5 <= time.monotonic() - start < 8
 
@@ -112,7 +112,7 @@ def test_slow_resources_are_waited_for(proxy: FaultProxy) -> None:
 def test_a_hung_resource_times_out_and_the_rest_is_read(proxy: FaultProxy) -> None:
     proxy.set_rules(["/Chassis/1/Thermal$ hang 60"])
     start = time.monotonic()
-    facts, status, _ = live(proxy.url, timeout_s=1.0, deadline_s=20.0)
+    facts, _status, _ = live(proxy.url, timeout_s=1.0, deadline_s=20.0)
     elapsed = time.monotonic() - start
     assert isinstance(facts, BmcFacts)
     assert any("Thermal: timed out" in p for p in facts.problems), facts.problems
@@ -136,12 +136,12 @@ def test_tls_is_verified_unless_told_otherwise(tmp_path: Path) -> None:
         assert isinstance(facts, Unknown) and "TLS certificate verification failed" in facts.reason
         verified, status, _ = live(peer.url, ca_file=str(tls.ca))
         assert isinstance(verified, BmcFacts) and not verified.insecure
-        insecure, status, _ = live(peer.url, insecure=True)
+        insecure, _status, _ = live(peer.url, insecure=True)
         assert isinstance(insecure, BmcFacts) and insecure.insecure
 
 
 def test_supermicro_redfish_1_0_with_absent_sensors(redfish_x10: RedfishPeer) -> None:
-    facts, status, _ = live(redfish_x10.url)
+    facts, _status, _ = live(redfish_x10.url)
     assert isinstance(facts, BmcFacts)
     assert facts.redfish_version == "1.0.1"
     assert isinstance(facts.temperatures, tuple) and {t.state for t in facts.temperatures} == {"Absent"}
@@ -210,7 +210,7 @@ def test_recording_round_trips_through_the_mockup_layout(hpe: RedfishPeer, tmp_p
         recorder.append(RecordingRedfish(LiveRedfish(hpe.url, "admin", PASSWORD, timeout_s=5)))
         return recorder[0]
 
-    facts, status, _ = read_redfish(make)
+    facts, _status, _ = read_redfish(make)
     recorder[0].write(tmp_path)
     assert (tmp_path / "redfish" / "v1" / "index.json").is_file()
     replayed, _, _ = read_redfish(lambda: RecordedRedfish(tmp_path))
