@@ -133,8 +133,9 @@ def test_tls_is_verified_unless_told_otherwise(tmp_path: Path) -> None:
     with sushy_static(mockup("supermicro-x10"), tls=tls) as peer:
         assert peer.url.startswith("https://")
         facts, status, _ = live(peer.url)
+        assert not status.ok
         assert isinstance(facts, Unknown) and "TLS certificate verification failed" in facts.reason
-        verified, status, _ = live(peer.url, ca_file=str(tls.ca))
+        verified, _verified_status, _ = live(peer.url, ca_file=str(tls.ca))
         assert isinstance(verified, BmcFacts) and not verified.insecure
         insecure, _status, _ = live(peer.url, insecure=True)
         assert isinstance(insecure, BmcFacts) and insecure.insecure
