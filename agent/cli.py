@@ -234,7 +234,7 @@ def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: P
     else:
         store = ProfileStore(config.profile_dirs, config.overrides_file)
         keys = sorted({k for name in store.names() for k in store.profile(name).sysctl_keys})
-        captured = capture_live(out, keys)
+        captured = capture_live(out, keys, bmc=_bmc_options(config, bmc))
     click.echo(f"captured {', '.join(captured)} into {out}")
 
 

@@ -142,8 +142,45 @@ def _capture_nvml(tmp: Path, backend: Any) -> str | None:
     return None
 
 
+def _capture_bmc(tmp: Path, options: Any) -> tuple[list[str], list[str]]:
+    """Record what the BMC answered: the Redfish tree (mockup layout) and/or ipmi.json."""
+    captured: list[str] = []
+    notes: list[str] = []
+    if options.url:
+        from agent.sources import redfish
+
+        password = options.password.reveal() if options.password else ""
+        recorders: list[redfish.RecordingRedfish] = []
+
+        def make() -> redfish.RecordingRedfish:
+            recorders.append(redfish.RecordingRedfish(redfish.LiveRedfish(
+                options.url, options.user or "", password, ca_file=options.ca_file, insecure=options.insecure,
+                timeout_s=options.timeout_s)))
+            return recorders[-1]
+
+        _facts, status, _transport = redfish.read_redfish(make, concurrency=options.concurrency,
+                                                          deadline_s=options.deadline_s, insecure=options.insecure)
+        if recorders and recorders[-1].answers:
+            recorders[-1].write(tmp)
+            captured.append("redfish")
+        if not status.ok:
+            notes.append(f"redfish: {status.error}")
+    if options.ipmi_host:
+        from agent.sources import ipmi
+
+        password = options.password.reveal() if options.password else ""
+        _facts, status, raw = ipmi.read_ipmi_live(options.ipmi_host, options.ipmi_port, options.user or "",
+                                                  password, timeout_s=options.deadline_s)
+        if raw:
+            (tmp / "ipmi.json").write_text(json.dumps(raw, indent=1, sort_keys=True, default=str), encoding="utf-8")
+            captured.append("ipmi")
+        if not status.ok:
+            notes.append(f"ipmi: {status.error}")
+    return captured, notes
+
+
 def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
-                 kmsg_device: str = KMSG_DEVICE, nvml_backend: Any = None) -> list[str]:
+                 kmsg_device: str = KMSG_DEVICE, nvml_backend: Any = None, bmc: Any = None) -> list[str]:
     """Record this node's host files, kernel log and NVML answers into `out`.
 
     `root`, `kmsg_device` and `nvml_backend` exist for tests, which capture a
@@ -179,6 +216,10 @@ def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
             captured.append("nvml")
         else:
             notes.append(nvml_note)
+        if bmc is not None and bmc.configured:
+            bmc_captured, bmc_notes = _capture_bmc(tmp, bmc)
+            captured += bmc_captured
+            notes += bmc_notes
         hostname = facts.hostname if isinstance(facts.hostname, str) else "unknown"
         write_meta(tmp, hostname, captured, notes=notes)
         _finish(tmp, out)

@@ -219,3 +219,17 @@ def test_recording_round_trips_through_the_mockup_layout(hpe: RedfishPeer, tmp_p
     assert replayed._replace(requests=0, problems=()) == facts._replace(requests=0, problems=())
     assert not any(PASSWORD in p.read_text() for p in tmp_path.rglob("*.json"))
     assert os.environ.get("CREDENTIALS_DIRECTORY") is None
+
+
+def test_snapshot_capture_records_the_bmc(run_cli: RunCli, hpe: RedfishPeer, tmp_path: Path) -> None:
+    secret = password_file(tmp_path)
+    out = tmp_path / "snap"
+    result = run_cli("snapshot", "capture", "--out", str(out), "--bmc", hpe.url, "--bmc-user", "admin",
+                     "--bmc-password-file", str(secret))
+    assert result.code == 0, result.stderr
+    assert "redfish" in result.stdout
+    assert (out / "redfish" / "v1" / "Systems" / "1" / "index.json").is_file()
+    replay = run_cli("audit", "--snapshot", str(out), "--format", "json", "--only", "bios.*")
+    bios = {f["subject"]: f["observed"] for f in replay.json()["findings"] if f["check"] == "bios.attribute"}
+    assert bios["PowerRegulator"] == "DynamicPowerSavings"
+    assert not any(PASSWORD in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())

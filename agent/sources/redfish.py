@@ -65,7 +65,8 @@ class AuthFailed(RedfishError):
 
 
 class Transport(Protocol):
-    requests: int
+    @property
+    def requests(self) -> int: ...
 
     def get(self, path: str, expand: str | None = None) -> dict[str, Any]: ...
 
