@@ -26,6 +26,7 @@ _ENDPOINT = {
         "ca_file": _PATH,
         "insecure": {"type": "boolean"},
         "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+        "concurrency": {"type": "integer", "minimum": 1, "maximum": 16},
     },
 }
 CONFIG_SCHEMA: dict[str, Any] = {

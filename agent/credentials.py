@@ -119,9 +119,11 @@ def resolve_bmc_options(config_bmc: dict[str, object], config_ipmi: dict[str, ob
     if ca and not Path(ca).is_file():
         raise ConfigError(f"the BMC CA file {ca} does not exist")
     timeout = config_bmc.get("timeout_s", 10.0)
+    concurrency = config_bmc.get("concurrency", 4)
     return BmcOptions(url=url, ipmi_host=host, ipmi_port=port, user=user, password=password, ca_file=ca,
                       insecure=insecure or bool(config_bmc.get("insecure", False)),
-                      timeout_s=float(timeout) if isinstance(timeout, (int, float)) else 10.0)
+                      timeout_s=float(timeout) if isinstance(timeout, (int, float)) else 10.0,
+                      concurrency=concurrency if isinstance(concurrency, int) else 4)
 
 
 def _text(value: object) -> str | None:

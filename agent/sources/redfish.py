@@ -367,6 +367,7 @@ class Walk:
         self.errors: dict[str, RedfishError] = {}
         self.auth_error: AuthFailed | None = None
         self.timed_out = False
+        self.depth: dict[str, int] = {}  # requests on the longest dependent chain to each resource
         self.expand: str | None = None  # the $expand form the service supports, if any
         self.expand_refused = False
 
@@ -393,7 +394,7 @@ class Walk:
         known: dict[str, str] = {}  # lower-case path -> the case the BMC served it with
         expanded: set[str] = set()  # paths requested with $expand
 
-        def submit(raw: str) -> None:
+        def submit(raw: str, parent: str | None = None) -> None:
             try:
                 path = self._canonical(valid_path(raw), known)
             except RedfishError as exc:
@@ -406,6 +407,7 @@ class Walk:
                                      and path.rsplit("/", 1)[-1] in COLLECTION_NAMES) else None
             if expand:
                 expanded.add(path)
+            self.depth[path] = self.depth.get(parent, 0) + 1 if parent else 1
             pending[pool.submit(self.transport.get, path, expand)] = path
 
         for path in start:
@@ -444,12 +446,13 @@ class Walk:
                         seen.add(member_path.lower())
                         self.resources[member_path] = member
                         known[member_path.lower()] = member_path
+                        self.depth[member_path] = self.depth.get(path, 1)
                         for child in _children(member_path, member):
-                            submit(child)
+                            submit(child, member_path)
                     self.resources[path] = body
                     known[path.lower()] = path
                     for child in _children(path, body):
-                        submit(child)
+                        submit(child, path)
         finally:
             # Do not wait for requests stuck on a hung BMC: their threads end with their timeouts.
             pool.shutdown(wait=False, cancel_futures=True)
