@@ -26,8 +26,8 @@ from _timing import REPO
 
 sys.path.insert(0, str(REPO))
 
-from agent.sources import redfish  # noqa: E402
-from tests.peers.redfish import fault_proxy, mockup, sushy_static  # noqa: E402
+from agent.sources import redfish
+from tests.peers.redfish import fault_proxy, mockup, sushy_static
 
 MOCKUPS = ["hpe-dl380a-gen11", "supermicro-x10", "gpu_info_unknown_multi", "powershelf_liteon"]
 
@@ -43,7 +43,7 @@ def read(url: str, concurrency: int) -> tuple[float, redfish.Walk, int]:
     redfish.Walk.run = spy  # type: ignore[method-assign]
     try:
         start = time.perf_counter()
-        _facts, status, transport = redfish.read_redfish(
+        _facts, _status, transport = redfish.read_redfish(
             lambda: redfish.LiveRedfish(url, "bench", "bench", timeout_s=10), concurrency=concurrency,
             deadline_s=120)
         elapsed = time.perf_counter() - start
