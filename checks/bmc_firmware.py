@@ -59,8 +59,19 @@ def evaluate_firmware(facts: NodeFacts, profile: Profile) -> list[Finding]:
 
 
 def component_model(item: FirmwareItem) -> str:
-    """Group key: the name without slot or instance numbers ('PSU.Slot.3' -> 'psu.slot.#')."""
-    return re.sub(r"\d+", "#", item.component_id or item.name).lower().replace("installed-#-", "")
+    """Group key: the component without slot or instance numbers.
+
+    'PSU.Slot.3' -> 'psu.slot.#'. Dell's inventory ids embed the version
+    ("Installed-25227-7.10.50.00__iDRAC.Embedded.1-1"), so for them the key is
+    the device part after "__" plus the name without a MAC suffix, which keeps
+    a ConnectX-6 apart from a ConnectX-7 in the next slot.
+    """
+    ident = item.component_id or item.name
+    if "__" in ident:
+        device = re.sub(r"\d+", "#", ident.split("__", 1)[1]).lower()
+        name = re.sub(r"\s+-\s+([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$", "", item.name)
+        return f"{device}|{re.sub(r'[0-9]+', '#', name).lower()}"
+    return re.sub(r"\d+", "#", ident).lower()
 
 
 @CONSISTENCY.evaluator

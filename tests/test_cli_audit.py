@@ -32,8 +32,20 @@ GPU_DRIFTS = {
     ("gpu.driver", "node"),  # R535 below the profile's R550, as NVML reports it
     ("gpu.cuda", "node"),  # CUDA 12.2 from the R535 driver
 }
-DRIFTED_FAILS = HOST_DRIFTS | GPU_DRIFTS
-DRIFTED_WARNS = {("gpu.ecc.mode", "gpu3"), ("gpu.row_remap", "gpu5")}  # reboot / GPU reset pending
+BMC_DRIFTS = {
+    ("bios.attribute", "SysProfile"),  # PerfPerWattOptimizedOs: the "Balanced" power mode
+    ("bios.attribute", "ProcCStates"),
+    ("bmc.firmware", "bmc"),  # iDRAC 6.10.80.00, below the profile's 7.00
+    ("firmware.consistency", "psu.slot.#|power supply.slot.#"),  # PSU 5 on other firmware
+    ("bmc.psu", "PS3 Status"),  # failed
+    ("bmc.psu", "System Board PS Redundancy"),  # redundancy lost
+    ("bmc.health_rollup", "system"),
+    ("bmc.events", "Sel:PSU0003"),  # "PS3 failure detected."
+    ("bmc.events", "Sel:RDU0012"),  # "The power supply redundancy is lost."
+}
+DRIFTED_FAILS = HOST_DRIFTS | GPU_DRIFTS | BMC_DRIFTS
+DRIFTED_WARNS = {("gpu.ecc.mode", "gpu3"), ("gpu.row_remap", "gpu5"),  # reboot / GPU reset pending
+                 ("bmc.events", "Sel:PCI3000")}  # a warning-level SEL entry
 FINDING_KEYS = {"check", "subject", "status", "waiver", "action", "severity", "observed", "expected", "message",
                 "reason", "remediation", "source"}
 
@@ -54,7 +66,7 @@ def test_healthy_node_passes(run_cli: RunCli) -> None:
     assert report["profile"] == "hgx-h100-sxm"
     assert fails(report) == set()
     statuses = {f["status"] for f in report["findings"]}
-    assert statuses == {"pass", "skip"}  # skips: BMC not configured; retired pages N/A on Hopper
+    assert statuses == {"pass", "skip"}  # skips: IPMI not in the snapshot; retired pages N/A on Hopper
     checks = {f["check"] for f in report["findings"]}
     assert {"host.sysctl", "host.thp.enabled", "host.thp.defrag", "host.numa.balancing", "host.numa.affinity",
             "net.mtu", "host.cpu.governor", "host.cpu.cstates", "host.kernel.cmdline", "host.secureboot",
@@ -145,7 +157,7 @@ def test_prom_output_is_textfile_format_with_every_status_series(run_cli: RunCli
                if s.labels["status"] == "fail" and s.value == 1}
     assert failing == DRIFTED_FAILS
     up = {s.labels["source"]: s.value for s in families["nodewarden_source_up"].samples}
-    assert up == {"host": 1, "kmsg": 1, "nvml": 1}  # unconfigured sources export no up series
+    assert up == {"host": 1, "kmsg": 1, "nvml": 1, "redfish": 1}  # unconfigured sources export no up series
     assert families["nodewarden_profile_info"].samples[0].labels == {"profile": "hgx-h100-sxm"}
 
 
@@ -153,13 +165,13 @@ def test_table_shows_fails_first_and_a_summary(run_cli: RunCli) -> None:
     result = run_cli("audit", "--simulate", "hgx-h100-drifted", "--format", "table")
     assert result.code == 1
     lines = result.stdout.splitlines()
-    assert lines[-1].startswith(f"{len(DRIFTED_FAILS)} fail, 2 warn, 0 unknown, 165 pass, 16 skip, 0 waived")
+    assert lines[-1].startswith(f"{len(DRIFTED_FAILS)} fail, 3 warn, 0 unknown, 214 pass, 16 skip, 0 waived")
     assert "\x1b[" not in result.stdout  # no colour when stdout is not a terminal
     statuses = [line.split()[0] for line in lines if line.startswith("  ") and line.split()[0] in
                 {"fail", "pass", "skip", "warn", "unknown"}]
     assert "pass" not in statuses  # passes hidden without -v
     verbose = run_cli("-v", "audit", "--simulate", "hgx-h100-drifted", "--format", "table")
-    assert verbose.stdout.count(" pass ") >= 165
+    assert verbose.stdout.count(" pass ") >= 214
     host_block = verbose.stdout.split("HOST\n", 1)[1].split("\n\n", 1)[0].splitlines()
     first_pass = next(i for i, line in enumerate(host_block) if line.split()[0] == "pass")
     assert all(line.split()[0] != "fail" for line in host_block[first_pass:])
@@ -216,7 +228,7 @@ waivers:
 """)
     code, report = audit(run_cli, "hgx-h100-drifted", "--config", str(config))
     assert code == 1  # the expired waiver no longer covers the MTU fail
-    assert fails(report) == {("net.mtu", "enp156s0np0")} | GPU_DRIFTS
+    assert fails(report) == {("net.mtu", "enp156s0np0")} | GPU_DRIFTS | BMC_DRIFTS
     expired = [f for f in report["findings"] if f["check"] == "waiver.expired"]
     assert len(expired) == 1 and expired[0]["status"] == "warn"
     assert "expired 2020-01-01" in expired[0]["message"] and f"{tmp_path / 'waivers.yaml'}:6" in expired[0]["message"]
@@ -260,6 +272,8 @@ def copy_node(tmp_path: Path, name: str = "hgx-h100-drifted", writable_fs: bool 
     for item in source.iterdir():
         if item.name == "fs":
             (target / "fs").symlink_to(item, target_is_directory=True)
+        elif item.is_dir():
+            shutil.copytree(item, target / item.name)
         else:
             shutil.copy2(item, target / item.name)
     return target

@@ -46,4 +46,4 @@ def test_installed_wheel_audits_a_simulated_node_from_another_folder(wheel: Path
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
-    assert report["profile"] == "hgx-h100-sxm" and report["summary"]["fail"] == 21
+    assert report["profile"] == "hgx-h100-sxm" and report["summary"]["fail"] == 30

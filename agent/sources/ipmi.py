@@ -34,6 +34,12 @@ rest of the process.
 Errors become facts, never exceptions. The password never appears in any
 message: pyghmi's exception texts are scrubbed before they are kept.
 
+Two pyghmi 1.6.19 bugs are worked around (see `_fix_pyghmi_lost_wakeup` and
+`_forget_stale_session`): an answer that arrives before pyghmi starts waiting
+for it costs a 0.5-1 s retry timeout (0-6 s per read against ipmi_sim), and
+after a logout or a failed login the next read of the same BMC with the same
+credentials in the same process gets the dead session back and fails.
+
 ipmi.json layout (format "nodewarden.ipmi/v1"). Each of the five parts is
 either its data or {"error": "why"} (that call failed; the facts it feeds
 become Unknown with the reason and the problem is listed in `problems`):
@@ -102,6 +108,7 @@ import datetime
 import ipaddress
 import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -234,8 +241,9 @@ def read_ipmi_live(host: str, port: int, user: str, password: str, timeout_s: fl
         raw["error"] = error
         return Unknown(error), SourceStatus(SOURCE, ok=False, error=error), raw
 
+    address = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [IPv6] -> IPv6
     progress = _Progress(raw=dict(raw))
-    thread = threading.Thread(target=_work, args=(progress, host, port, user, password, scrub),
+    thread = threading.Thread(target=_work, args=(progress, address, port, user, password, scrub),
                               name="ipmi-reader", daemon=True)
     thread.start()
     thread.join(timeout_s)
@@ -245,7 +253,7 @@ def read_ipmi_live(host: str, port: int, user: str, password: str, timeout_s: fl
         _abandon(thread, progress)
     raw = dict(progress.raw)  # a copy: an abandoned worker may still write to its own
     raw["requests"] = progress.requests
-    if alive:
+    if alive and progress.step != "logout":  # a slow logout loses nothing: everything was read
         why = f"IPMI did not answer within {timeout_s:g} s (stuck in {progress.step})"
         if isinstance(raw.get("sensors"), list):  # the deadline hit the FRU or SEL: keep what was read
             for part in PARTS:
@@ -498,6 +506,8 @@ def _describe_login_error(exc: BaseException, host: str, port: int, user: str, s
                           scrub: Callable[[str], str]) -> str:
     text = str(exc) if exc.args and exc.args[0] not in (None, "") else ""
     where = f"{host}:{port}"
+    if isinstance(exc, socket.gaierror):
+        return scrub(f"cannot resolve IPMI host {host!r}: {exc}")
     if step == "login":
         if any(marker in text.lower() for marker in AUTH_ERRORS):
             return scrub(f"IPMI authentication failed for user {user!r} at {where} ({text}); "

@@ -564,9 +564,9 @@ def parse_bmc(walk: Walk, insecure: bool = False) -> BmcFacts:
                                reading=_num(f.get("Reading")), units=f.get("ReadingUnits"),
                                lower_critical=_num(f.get("LowerThresholdCritical")), state=state, health=health,
                                where=str(f.get("@odata.id") or path)))
+    legacy_fans = bool(fans)  # Thermal.Fans and ThermalSubsystem/Fans describe the same fans
     for path, body in _of_type(res, "Fan."):
-        if "Collection" in str(body.get("@odata.type")) or any(f.where.startswith(path.rsplit("/Fans", 1)[0])
-                                                               for f in fans if "#" in f.where):
+        if "Collection" in str(body.get("@odata.type")) or legacy_fans:
             continue
         state, health, _ = _status(body)
         speed = body.get("SpeedPercent") if isinstance(body.get("SpeedPercent"), dict) else {}
@@ -686,7 +686,13 @@ def _health_causes(system: dict[str, Any], res: dict[str, dict[str, Any]]) -> tu
         state, health, _ = _status(body)
         if health in ("Warning", "Critical") and state != "Absent" and body is not system:
             causes.append(f"{body.get('Name') or path}: {health}")
-    return tuple(causes[:10])
+        for array in ("PowerSupplies", "Fans", "Temperatures", "Redundancy"):  # items embedded in Power/Thermal
+            for item in body.get(array) or []:
+                if isinstance(item, dict):
+                    item_state, item_health, _ = _status(item)
+                    if item_health in ("Warning", "Critical") and item_state != "Absent":
+                        causes.append(f"{item.get('Name') or item.get('MemberId')}: {item_health}")
+    return tuple(dict.fromkeys(causes))[:10]
 
 
 def _log_entries(res: dict[str, dict[str, Any]]) -> tuple[BmcLogEntry, ...]:
@@ -708,7 +714,7 @@ def _log_entries(res: dict[str, dict[str, Any]]) -> tuple[BmcLogEntry, ...]:
                     add(log, member)
         elif "LogEntry." in str(body.get("@odata.type", "")):
             add(path.rsplit("/", 3)[-3], body)
-    unique = {(e.log, e.entry_id): e for e in entries}
+    unique = {(e.log, e.entry_id, e.created, e.message): e for e in entries}  # some BMCs reuse ids
     return tuple(sorted(unique.values(), key=lambda e: (e.log, e.created or "", e.entry_id)))
 
 
