@@ -135,9 +135,8 @@ def merge_bmc(redfish_facts: BmcFacts | Unknown | None, ipmi_facts: BmcFacts | U
     merged = redfish_facts
     for part in ("temperatures", "fans", "psus"):
         ours = getattr(redfish_facts, part)
-        usable = not isinstance(ours, Unknown) and any(
-            getattr(item, "reading", None) is not None or getattr(item, "state", "Absent") != "Absent"
-            for item in ours)
+        # Old Redfish services list every sensor as Absent (often with 0 readings).
+        usable = not isinstance(ours, Unknown) and any(getattr(item, "state", None) != "Absent" for item in ours)
         if not usable and not isinstance(getattr(ipmi_facts, part), Unknown):
             merged = merged._replace(**{part: getattr(ipmi_facts, part)})
     if isinstance(merged.events, Unknown) and not isinstance(ipmi_facts.events, Unknown):
