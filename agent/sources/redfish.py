@@ -696,15 +696,18 @@ def _health_causes(system: dict[str, Any], res: dict[str, dict[str, Any]]) -> tu
 
 
 def _log_entries(res: dict[str, dict[str, Any]]) -> tuple[BmcLogEntry, ...]:
-    entries: list[BmcLogEntry] = []
+    entries: dict[tuple[str, ...], BmcLogEntry] = {}
 
     def add(log: str, entry: dict[str, Any]) -> None:
         severity = entry.get("Severity") or entry.get("MessageSeverity")
-        entries.append(BmcLogEntry(log=log, entry_id=str(entry.get("Id") or entry.get("@odata.id")),
+        # The resource path identifies an entry; some BMCs reuse Ids (Dell: two entries "1").
+        key = (str(entry.get("@odata.id")),) if entry.get("@odata.id") else (
+            log, str(entry.get("Id")), str(entry.get("Created")), str(entry.get("Message")))
+        entries[key] = BmcLogEntry(log=log, entry_id=str(entry.get("Id") or entry.get("@odata.id")),
                                    severity=severity if isinstance(severity, str) else None,
                                    message=str(entry.get("Message") or entry.get("Name") or ""),
                                    created=entry.get("Created") if isinstance(entry.get("Created"), str) else None,
-                                   message_id=entry.get("MessageId")))
+                                   message_id=entry.get("MessageId"))
 
     for path, body in res.items():
         if path.endswith("/Entries"):
@@ -714,8 +717,7 @@ def _log_entries(res: dict[str, dict[str, Any]]) -> tuple[BmcLogEntry, ...]:
                     add(log, member)
         elif "LogEntry." in str(body.get("@odata.type", "")):
             add(path.rsplit("/", 3)[-3], body)
-    unique = {(e.log, e.entry_id, e.created, e.message): e for e in entries}  # some BMCs reuse ids
-    return tuple(sorted(unique.values(), key=lambda e: (e.log, e.created or "", e.entry_id)))
+    return tuple(sorted(entries.values(), key=lambda e: (e.log, e.created or "", e.entry_id)))
 
 
 # --- reading with a deadline ------------------------------------------------------------------------
