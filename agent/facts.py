@@ -400,6 +400,18 @@ class BmcGpu(NamedTuple):
     where: str = ""
 
 
+class BmcSwitch(NamedTuple):
+    """A fabric switch the BMC manages (NVSwitch on HGX baseboards, PCIe switches)."""
+
+    name: str
+    switch_type: str | None = None  # NVLink, PCIe, MultiProtocol, ...
+    model: str | None = None
+    firmware: str | None = None
+    state: str | None = None
+    health: str | None = None
+    where: str = ""
+
+
 class BmcFacts(NamedTuple):
     """The node as its BMC reports it. Each part may be Unknown with the resource and reason."""
 
@@ -425,6 +437,7 @@ class BmcFacts(NamedTuple):
     bios_attributes: Maybe[dict[str, Any]] = NOT_READ
     events: Maybe[tuple[BmcLogEntry, ...]] = NOT_READ
     gpus: Maybe[tuple[BmcGpu, ...]] = NOT_READ
+    switches: Maybe[tuple[BmcSwitch, ...]] = NOT_READ
     problems: tuple[str, ...] = ()  # resources that failed, with the reason
     insecure: bool = False  # TLS verification was switched off (--bmc-insecure)
     requests: int = 0

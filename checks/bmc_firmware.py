@@ -90,6 +90,11 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
         for gpu in bmc.gpus:
             if gpu.firmware:
                 groups[f"gpu:{gpu.model or '?'}"].append(FirmwareItem(gpu.name, gpu.firmware, gpu.name))
+    if isinstance(bmc.switches, tuple):
+        for switch in bmc.switches:
+            if switch.firmware:
+                groups[f"switch:{switch.model or '?'}"].append(FirmwareItem(switch.name, switch.firmware,
+                                                                            switch.name))
     for key, items in sorted(groups.items()):
         if len(items) < 2:
             continue

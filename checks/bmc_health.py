@@ -14,6 +14,7 @@ PSU = Check("bmc.psu", "Power supplies and redundancy", source="bmc", action="re
 FANS = Check("bmc.fans", "Fans", source="bmc", action="replace_fan")
 TEMPERATURES = Check("bmc.temperatures", "BMC temperature sensors", source="bmc", action="check_cooling")
 LEAK = Check("bmc.leak", "Liquid leak detectors", source="bmc", action="drain")
+SWITCHES = Check("bmc.switches", "Fabric switches (NVSwitch) health", source="bmc", action="reset_fabric")
 
 
 @REACHABLE.evaluator
@@ -163,4 +164,23 @@ def evaluate_leak(facts: NodeFacts, profile: Profile) -> list[Finding]:
         state = detector.detector_state or detector.health or "not reported"
         findings.append(with_source(LEAK.compare(detector.name, expectation, state, f"leak detector {detector.name}"),
                                     facts))
+    return findings
+
+
+@SWITCHES.evaluator
+def evaluate_switches(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    """NVSwitches (and other fabric switches) the BMC reports: a failed one degrades every GPU."""
+    expectation = profile.expectation("bmc", "switches")
+    if expectation is None:
+        return []
+    bmc, findings = bmc_facts(SWITCHES, facts, expectation, "switches")
+    if bmc is None:
+        return findings
+    assert isinstance(bmc.switches, tuple)
+    for switch in bmc.switches:
+        if switch.state in PRESENT_STATES_SKIPPED:
+            continue
+        kind = f"{switch.switch_type or 'fabric'} switch {switch.name}"
+        findings.append(with_source(SWITCHES.compare(switch.name, expectation, switch.health or "not reported",
+                                                     f"{kind} health"), facts))
     return findings

@@ -31,7 +31,7 @@ EXPECTED_IDS = {
     "gpu.pcie.replay", "gpu.nvlink.links", "gpu.nvlink.errors", "gpu.fabric", "gpu.firmware.vbios", "gpu.inforom",
     "gpu.driver", "gpu.cuda", "gpu.xid", "gpu.recovery_action",
     "bmc.reachable", "bmc.health_rollup", "bmc.psu", "bmc.fans", "bmc.temperatures", "bmc.leak", "bmc.firmware",
-    "firmware.consistency", "bmc.events", "bios.attribute", "crosscheck.gpu_count", "crosscheck.gpu_temperature",
+    "firmware.consistency", "bmc.events", "bios.attribute", "bmc.switches", "crosscheck.gpu_count", "crosscheck.gpu_temperature",
     "crosscheck.gpu_health",
 }
 

@@ -193,3 +193,17 @@ def test_bmc_down_or_auth_failed(h100: Profile) -> None:
     assert psu.status is Status.UNKNOWN and "authentication failed" in psu.message
     insecure = node(healthy_bmc(insecure=True))
     assert by_subject(REACHABLE.run(insecure, h100))["tls"].status is Status.WARN
+
+
+def test_nvswitch_health_and_firmware(h100: Profile) -> None:
+    from agent.facts import BmcSwitch
+    from checks.bmc_health import SWITCHES
+
+    switches = tuple(BmcSwitch(f"NVSwitch_{i}", "NVLink", "NVSwitch 3", "96.10.6D.00.01" if i else "96.10.55.00.01",
+                               "Enabled", "Critical" if i == 2 else "OK") for i in range(4))
+    facts = node(healthy_bmc(switches=switches))
+    result = by_subject(SWITCHES.run(facts, h100))
+    assert result["NVSwitch_2"].status is Status.FAIL and result["NVSwitch_2"].severity is Severity.CRITICAL
+    assert result["NVSwitch_0"].status is Status.PASS
+    mixed = by_subject(CONSISTENCY.run(facts, h100))["switch:NVSwitch 3"]
+    assert mixed.status is Status.FAIL and "NVSwitch_0 96.10.55.00.01" in mixed.message

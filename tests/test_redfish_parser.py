@@ -113,3 +113,10 @@ def test_a_recording_with_a_path_outside_the_tree_is_refused(tmp_path: Path) -> 
     facts, _status, _ = read_redfish(lambda: RecordedRedfish(tmp_path))
     assert isinstance(facts, BmcFacts)
     assert any("refusing an unexpected resource path" in p for p in facts.problems)
+
+
+def test_fabric_switches_are_read_from_a_real_mockup() -> None:
+    facts, _status, _ = read_redfish(lambda: RecordedRedfish(SINGLE.parent / "hpe-dl380a-gen11"))
+    assert isinstance(facts, BmcFacts) and isinstance(facts.switches, tuple)
+    assert [(s.name, s.switch_type, s.firmware) for s in facts.switches] == [("Direct Attached", "MultiProtocol",
+                                                                             "1.04")]

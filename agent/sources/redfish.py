@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from agent.errors import ConfigError
 from agent.facts import (
     BmcFacts,
+    BmcSwitch,
     BmcFan,
     BmcGpu,
     BmcLeakDetector,
@@ -290,7 +291,7 @@ def _children(path: str, body: dict[str, Any]) -> list[str]:
     kind = str(body.get("@odata.type", ""))
     if path == ROOT:
         return [p for p in (_link(body, "Systems"), _link(body, "Managers"), _link(body, "Chassis"),
-                            _link(body, "UpdateService")) if p]
+                            _link(body, "UpdateService"), _link(body, "Fabrics")) if p]
     if "Collection" in kind or ("Members" in body and "Members@odata.count" in body):
         if _inline_expanded(body) and not path.endswith("/Entries"):
             return []  # the walk registered the inline members and follows their links
@@ -317,11 +318,13 @@ def _children(path: str, body: dict[str, Any]) -> list[str]:
         links = [_link(body, "FirmwareInventory")]
     elif "LogService." in kind:
         links = [_link(body, "Entries")]
+    elif "Fabric." in kind:
+        links = [_link(body, "Switches")]  # NVSwitches on HGX baseboards; ports are not needed
     return [p for p in links if p]
 
 
 COLLECTION_NAMES = frozenset({"Systems", "Managers", "Chassis", "FirmwareInventory", "Processors", "LogServices",
-                              "PowerSupplies", "Fans", "LeakDetectors"})
+                              "PowerSupplies", "Fans", "LeakDetectors", "Fabrics", "Switches"})
 
 
 def expand_form(root: dict[str, Any]) -> str | None:
@@ -633,6 +636,14 @@ def parse_bmc(walk: Walk, insecure: bool = False) -> BmcFacts:
                                state=state, health=health, where=path))
     facts["gpus"] = tuple(gpus) if _of_type(res, "Processor.") or _of_type(res, "ProcessorCollection") else (
         missing("processors", "Processors"))
+    switches = []
+    for path, body in _of_type(res, "Switch."):
+        if "Collection" not in str(body.get("@odata.type")):
+            state, health, _ = _status(body)
+            switches.append(BmcSwitch(str(body.get("Name") or body.get("Id")), body.get("SwitchType"),
+                                      body.get("Model"), body.get("FirmwareVersion"), state, health, path))
+    facts["switches"] = tuple(_unique_names(switches)) if _of_type(res, "Fabric.") else missing(
+        "fabrics", "Fabrics")
     return BmcFacts(protocol="redfish", problems=problems, insecure=insecure, requests=walk.transport.requests,
                     **facts)
 
