@@ -118,5 +118,6 @@ def test_a_recording_with_a_path_outside_the_tree_is_refused(tmp_path: Path) -> 
 def test_fabric_switches_are_read_from_a_real_mockup() -> None:
     facts, _status, _ = read_redfish(lambda: RecordedRedfish(SINGLE.parent / "hpe-dl380a-gen11"))
     assert isinstance(facts, BmcFacts) and isinstance(facts.switches, tuple)
-    assert [(s.name, s.switch_type, s.firmware) for s in facts.switches] == [("Direct Attached", "MultiProtocol",
-                                                                             "1.04")]
+    # Two fabrics, each with one "Direct Attached" switch: subjects are made unique.
+    assert sorted((s.name, s.switch_type, s.firmware) for s in facts.switches) == [
+        ("Direct Attached #1", "MultiProtocol", "1.04"), ("Direct Attached #2", "MultiProtocol", "1.04")]

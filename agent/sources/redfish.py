@@ -35,13 +35,13 @@ from typing import Any, Protocol
 from agent.errors import ConfigError
 from agent.facts import (
     BmcFacts,
-    BmcSwitch,
     BmcFan,
     BmcGpu,
     BmcLeakDetector,
     BmcLogEntry,
     BmcPsu,
     BmcRedundancy,
+    BmcSwitch,
     BmcTemperature,
     FirmwareItem,
 )
