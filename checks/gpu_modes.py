@@ -6,7 +6,7 @@ from agent.facts import NodeFacts
 from agent.model import Finding, Status
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import nvml_gpus, subject
+from checks._gpu import nvml_gpus, per_gpu, subject
 
 PERSISTENCE = Check("gpu.persistence_mode", "Persistence mode", source="nvml", remediation="gpu_persistence")
 COMPUTE = Check("gpu.compute_mode", "Compute mode", source="nvml", remediation="gpu_compute_mode")
@@ -15,22 +15,14 @@ MIG = Check("gpu.mig_mode", "MIG mode", source="nvml", action="reset_gpu")
 
 @PERSISTENCE.evaluator
 def evaluate_persistence(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("gpu", "persistence_mode")
-    if expectation is None:
-        return []
-    gpus, findings = nvml_gpus(PERSISTENCE, facts, expectation)
-    return findings + [PERSISTENCE.compare(subject(g), expectation, g.persistence_mode,
-                                           f"{g.label} persistence mode") for g in gpus]
+    return per_gpu(PERSISTENCE, facts, profile.expectation("gpu", "persistence_mode"),
+                   lambda g: g.persistence_mode, "persistence mode")
 
 
 @COMPUTE.evaluator
 def evaluate_compute(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("gpu", "compute_mode")
-    if expectation is None:
-        return []
-    gpus, findings = nvml_gpus(COMPUTE, facts, expectation)
-    return findings + [COMPUTE.compare(subject(g), expectation, g.compute_mode, f"{g.label} compute mode")
-                       for g in gpus]
+    return per_gpu(COMPUTE, facts, profile.expectation("gpu", "compute_mode"), lambda g: g.compute_mode,
+                   "compute mode")
 
 
 @MIG.evaluator

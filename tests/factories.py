@@ -111,3 +111,17 @@ def nvml_node(gpus: list[Any] | None = None, host_facts: HostFacts | None = None
     pci = tuple(gpu(g.pci_bus_id) for g in gpus if isinstance(g.pci_bus_id, str))
     h = host_facts or host(pci=pci, uptime_s=36000.0)
     return NodeFacts(host=h, kmsg=(), sources=sources, nvml=nvml, **kw)
+
+
+def write_tree(base: Path, files: dict[str, str | bytes]) -> None:
+    """Write {relative path: content}; a path ending in '/' makes an empty directory."""
+    for rel, content in files.items():
+        target = base / rel
+        if rel.endswith("/"):
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, encoding="utf-8")

@@ -15,26 +15,13 @@ from agent.model import Unknown
 from agent.snapshot import CAPTURE_SYSCTLS, capture_live
 from agent.sources.fsroot import MAX_FILE_BYTES, LiveFs, RecordingFs, SnapshotFs, read_text
 from agent.sources.host import read_host_facts, read_interfaces, read_secure_boot
+from tests.factories import write_tree
 
 Content = str | bytes
 
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def write_tree(base: Path, files: dict[str, Content]) -> None:
-    """Write {relative path: content}; a path ending in '/' makes an empty directory."""
-    for rel, content in files.items():
-        target = base / rel
-        if rel.endswith("/"):
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        else:
-            target.write_text(content, encoding="utf-8")
 
 
 def make_snapshot(tmp_path: Path, files: dict[str, Content], links: dict[str, str] | None = None,

@@ -33,6 +33,7 @@ from agent.sources.host import (
     sysctl_path,
 )
 from agent.sources.kmsg import parse_kmsg_line, parse_kmsg_text, read_recorded_kmsg
+from tests.factories import write_tree
 
 Content = str | bytes
 
@@ -41,16 +42,7 @@ def make_root(tmp_path: Path, files: dict[str, Content], links: dict[str, str] |
     """A fake root: {relative path: content} ('/' at the end: empty dir) plus real symlinks."""
     root = tmp_path / "root"
     root.mkdir(exist_ok=True)
-    for rel, content in files.items():
-        target = root / rel
-        if rel.endswith("/"):
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        else:
-            target.write_text(content, encoding="utf-8")
+    write_tree(root, files)
     for rel, dest in (links or {}).items():
         link = root / rel
         link.parent.mkdir(parents=True, exist_ok=True)
