@@ -253,5 +253,74 @@ def snapshot_import_nvidia_smi(file: Path, out: Path) -> None:
         click.echo(f"warning: {warning}", err=True)
 
 
+def _state_dir_option(func: F) -> F:
+    return click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+                        default="/var/lib/nodewarden", show_default=True,
+                        help="Where the remediation journal and lock live.")(func)
+
+
+@cli.command()
+@source_options
+@click.option("--apply", "do_apply", is_flag=True, help="Apply the plan (default: only print it).")
+@click.option("--allow", multiple=True, type=click.Choice(["safe", "disruptive", "reboot"]),
+              help="Also allow this class of action (repeatable; safe is always allowed).")
+@click.option("--only", multiple=True, metavar="GLOB", help="Only actions whose id or check id matches.")
+@click.option("--profile", metavar="NAME|auto", help="Profile to remediate towards (default: match).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]),
+              help="Output format (default: table on a terminal, json otherwise).")
+@_state_dir_option
+def remediate(simulate: str | None, snapshot: Path | None, config_path: Path | None, do_apply: bool,
+              allow: tuple[str, ...], only: tuple[str, ...], profile: str | None, fmt: str | None,
+              state_dir: Path, **bmc: Any) -> None:
+    """Plan (default) or apply fixes for drift. Exit 0 ok, 1 refused/failed, 2 bad input, 3 could not run."""
+    from agent.engine import AuditRequest
+    from agent.remediate import RemediationRequest
+    from agent.remediate import remediate as run_remediation
+    from agent.report.remediation import render_remediation
+    from remediations import ActionClass
+
+    config = _config(config_path)
+    request = RemediationRequest(
+        audit=AuditRequest(config=config, simulate=simulate, snapshot=snapshot, profile=profile,
+                           bmc=_bmc_options(config, bmc)),
+        apply=do_apply, allow=frozenset({ActionClass.SAFE, *(ActionClass(a) for a in allow)}),
+        only=only, state_dir=state_dir)
+    result = run_remediation(request)
+    fmt = fmt or ("table" if sys.stdout.isatty() else "json")
+    click.echo(render_remediation(result, fmt), nl=False)
+    sys.exit(result.exit_code)
+
+
+@cli.command()
+@source_options
+@click.argument("run_id", required=False)
+@click.option("--last", is_flag=True, help="Roll back the newest run that changed this node.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@_state_dir_option
+def rollback(simulate: str | None, snapshot: Path | None, config_path: Path | None, run_id: str | None,
+             last: bool, fmt: str, state_dir: Path, **bmc: Any) -> None:
+    """Restore exactly what a remediation run changed (RUN_ID or --last)."""
+    import json
+
+    from agent.engine import AuditRequest
+    from agent.remediate import rollback as run_rollback
+
+    if last == (run_id is not None):
+        raise click.UsageError("give either RUN_ID or --last")
+    config = _config(config_path)
+    result = run_rollback(AuditRequest(config=config, simulate=simulate, snapshot=snapshot), state_dir, run_id)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_json(), indent=2))
+    elif result.already:
+        click.echo(f"run {result.run_id} was already rolled back; nothing changed")
+    else:
+        paths = list(dict.fromkeys(result.restored))
+        click.echo(f"rolled back run {result.run_id} on {result.target}: restored {len(paths)} path(s)")
+        for path in paths[:10]:
+            click.echo(f"  {path}")
+        if len(paths) > 10:
+            click.echo(f"  ... and {len(paths) - 10} more (--format json lists all)")
+
+
 def main() -> None:
     cli(prog_name="nodewarden")

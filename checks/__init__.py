@@ -8,6 +8,7 @@ reports, metrics, waivers and `--only/--skip` globs.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping
@@ -106,6 +107,7 @@ class Check:
                             reason=expectation.reason if expectation else None)
 
 
+@functools.cache
 def _discover() -> None:
     for module in pkgutil.iter_modules(__path__):
         if not module.name.startswith("_"):
@@ -113,8 +115,9 @@ def _discover() -> None:
 
 
 def all_checks() -> list[Check]:
-    if not _REGISTRY:
-        _discover()
+    # Always discover (once), not "if the registry is empty": importing one
+    # check module (a remediation reusing a helper) must not hide the others.
+    _discover()
     return sorted(_REGISTRY.values(), key=lambda c: c.id)
 
 

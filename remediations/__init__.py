@@ -1,0 +1,184 @@
+"""Actuators: how a finding becomes a change, and how the change is undone.
+
+An actuator (one module per tunable, like tuned's plugins) turns a failed or
+warned finding into an `Action`: a list of `Change`s against a `HostTarget`.
+A change is declarative — "write VALUE to this kernel attribute" or "rewrite
+this file with EDIT" — so the engine can journal the exact before-state of
+every path, apply, re-read and verify, and roll back generically. The
+actuator's `parse` is the same function the host source uses to read the
+value, so plan, verify and the next audit agree on what "current" means.
+
+Actuators are discovered from this package; the registry key is the
+`remediation` id that checks put on their findings.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agent.expect import Expectation
+from agent.model import Finding
+from agent.profiles import Profile
+
+
+class ActionClass(str, enum.Enum):
+    SAFE = "safe"              # runtime, reversible, no disruption
+    DISRUPTIVE = "disruptive"  # needs idle GPUs or a link bounce
+    REBOOT = "reboot"          # takes effect after a reboot
+
+
+class Outcome(str, enum.Enum):
+    PLANNED = "planned"        # would change (plan mode)
+    APPLIED = "applied"        # changed and verified
+    FAILED = "failed"          # applied but the re-read disagrees, or the write failed
+    REFUSED = "refused"        # cannot or must not be done (reason says why)
+    NOT_ALLOWED = "not_allowed"  # class not allowed by --allow
+    UNCHANGED = "unchanged"    # already at the target when applying
+
+
+@dataclass(frozen=True)
+class AttrWrite:
+    """Write `value` to a kernel attribute (/proc/sys, /sys).
+
+    `parse` turns the attribute's bytes into the value an audit compares;
+    `shown` is what the kernel shows after a write (a snapshot has no kernel,
+    so the recorded file is rewritten the way the kernel would show it).
+    """
+
+    path: str
+    value: str
+    parse: Callable[[bytes], str] = field(repr=False, compare=False)
+    shown: Callable[[bytes, str], bytes] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    """Rewrite a configuration file atomically; `edit(old or None) -> new`."""
+
+    path: str
+    edit: Callable[[bytes | None], bytes] = field(repr=False, compare=False)
+    mode: int = 0o644
+
+
+Change = AttrWrite | FileEdit
+
+
+@dataclass
+class Action:
+    id: str                 # "<actuator>:<subject>", stable, matched by --only
+    actuator: str
+    action_class: ActionClass
+    subject: str
+    finding: str            # check id of the finding this fixes
+    before: Any
+    after: Any
+    changes: tuple[Change, ...] = ()
+    refused: str | None = None
+    notes: list[str] = field(default_factory=list)
+    expectation: Expectation | None = field(default=None, repr=False)
+    finding_subject: str = ""  # set by the engine: the finding's own subject
+    outcome: Outcome = Outcome.PLANNED
+    verified: bool | None = None
+    observed_after: Any = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "class": self.action_class.value,
+            "subject": self.subject,
+            "finding": self.finding,
+            "before": self.before,
+            "after": self.after,
+            "status": self.outcome.value,
+            "applied": self.outcome in (Outcome.APPLIED, Outcome.FAILED) and self.error is None,
+            "verified": self.verified,
+            "observed_after": self.observed_after,
+            "reason": self.refused or self.error,
+            "notes": self.notes,
+        }
+
+
+class HostTarget(Protocol):
+    """Where changes land: the live root or a snapshot's fs/ tree."""
+
+    description: str
+    live: bool
+
+    def read(self, path: str) -> bytes | None: ...
+
+    def write_attr(self, path: str, value: str, shown: Callable[[bytes, str], bytes]) -> None: ...
+
+    def restore_attr(self, path: str, raw: bytes, value: str) -> None: ...
+
+    def write_file(self, path: str, data: bytes | None, mode: int) -> None: ...
+
+    def file_mode(self, path: str) -> int | None: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+    def remove_empty_dir(self, path: str) -> None: ...
+
+
+class PlanContext(Protocol):
+    profile: Profile
+    target: HostTarget
+
+
+Planner = Callable[[Finding, PlanContext], list[Action]]
+
+_PLANNERS: dict[str, Planner] = {}
+
+
+def actuator(name: str) -> Callable[[Planner], Planner]:
+    """Register a planner for findings whose `remediation` is `name`."""
+    def register(func: Planner) -> Planner:
+        if name in _PLANNERS:
+            raise RuntimeError(f"duplicate actuator {name}")
+        _PLANNERS[name] = func
+        return func
+    return register
+
+
+@functools.cache
+def _discover() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+def planners() -> dict[str, Planner]:
+    _discover()
+    return dict(_PLANNERS)
+
+
+def refused(action_id: str, finding: Finding, action_class: ActionClass, before: Any, reason: str) -> Action:
+    name, _, subject = action_id.partition(":")
+    return Action(action_id, name, action_class, subject, finding.check, before, finding.expected, refused=reason)
+
+
+def target_value(expectation: Expectation) -> str | None:
+    """The single value to set for an expectation, or None when it gives none.
+
+    `equals` sets that value; `one_of` the first (the profile lists its
+    preference first); `min`/`max` the bound itself (the least change that
+    passes). `range` and version bounds name no value to write.
+    """
+    ops = dict(expectation.comparators)
+    if "equals" in ops:
+        return str(ops["equals"])
+    if ops.get("one_of"):
+        return str(ops["one_of"][0])
+    if set(ops) == {"min"}:
+        return str(ops["min"])
+    if set(ops) == {"max"}:
+        return str(ops["max"])
+    return None

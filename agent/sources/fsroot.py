@@ -113,6 +113,10 @@ class SnapshotFs:
             parent, _, name = link.rpartition("/")
             self._link_children.setdefault(parent, set()).add(name)
 
+    def resolve(self, path: str) -> str:
+        """`path` with recorded links resolved, relative to fs/ (for writers)."""
+        return self._resolve(path)
+
     def _resolve(self, path: str, follow_last: bool = True) -> str:
         """Resolve `path` lexically against the link map, clamped at the root."""
         _check_abs(path)

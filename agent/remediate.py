@@ -1,0 +1,311 @@
+"""Remediation engine: audit -> plan -> (journal -> apply -> verify) -> report; rollback.
+
+Per action, in this order: the before-state of every path the action will
+touch is appended to the run journal and fsync'ed; then the changes are
+written; then each is re-read through the same parser the audit uses and the
+profile's expectation is evaluated again. Only a verified action counts as
+fixed. `rollback` restores the journal's before-states in reverse order, so
+a run killed at any point — before the journal entry, after it, or between
+two writes of one action — returns to exactly the prior state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.engine import AuditRequest, Report, open_node, run_audit
+from agent.errors import ConfigError, NodewardenError
+from agent.journal import RunJournal, StateDir, b64, new_run_id, unb64
+from agent.model import Status
+from agent.profiles import ProfileStore
+from checks import all_checks
+from remediations import Action, ActionClass, AttrWrite, FileEdit, HostTarget, Outcome, planners
+from remediations._target import LiveTarget, SnapshotTarget
+
+REMEDIATION_SCHEMA = "nodewarden.remediation/v1"
+CLASS_ORDER = (ActionClass.SAFE, ActionClass.DISRUPTIVE, ActionClass.REBOOT)
+
+
+class RemediationError(NodewardenError):
+    """The remediation could not run (bad target, journal problem)."""
+
+    exit_code = 3
+
+
+_FAILPOINT_HITS: dict[str, int] = {}
+
+
+def failpoint(name: str) -> None:
+    """SIGKILL this process at a named point when NODEWARDEN_FAILPOINTS asks for it.
+
+    Used by the crash-consistency tests: "mid-action" crashes at the first
+    hit, "mid-action@2" at the second. Unset in production, it costs a dict lookup.
+    """
+    wanted = os.environ.get("NODEWARDEN_FAILPOINTS")
+    if not wanted:
+        return
+    _FAILPOINT_HITS[name] = hits = _FAILPOINT_HITS.get(name, 0) + 1
+    for point in wanted.split(","):
+        point_name, _, nth = point.partition("@")
+        if point_name == name and hits == (int(nth) if nth.isdigit() else 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class RemediationRequest:
+    audit: AuditRequest
+    apply: bool = False
+    allow: frozenset[ActionClass] = frozenset({ActionClass.SAFE})
+    only: tuple[str, ...] = ()
+    state_dir: Path = Path("/var/lib/nodewarden")
+
+
+@dataclass
+class RemediationResult:
+    mode: str  # plan | apply
+    target: str
+    profile: str
+    actions: list[Action]
+    run_id: str | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(a.outcome in (Outcome.APPLIED, Outcome.FAILED) and a.error is None for a in self.actions) or (
+            self.mode == "plan" and any(a.outcome is Outcome.PLANNED for a in self.actions))
+
+    @property
+    def reboot_required(self) -> bool:
+        done = (Outcome.APPLIED,) if self.mode == "apply" else (Outcome.PLANNED,)
+        return any(a.action_class is ActionClass.REBOOT and a.outcome in done for a in self.actions)
+
+    @property
+    def exit_code(self) -> int:
+        bad = (Outcome.REFUSED, Outcome.FAILED)
+        return 1 if any(a.outcome in bad for a in self.actions) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": REMEDIATION_SCHEMA,
+            "mode": self.mode,
+            "target": self.target,
+            "profile": self.profile,
+            "run_id": self.run_id,
+            "changed": self.changed,
+            "reboot_required": self.reboot_required,
+            "actions": [a.to_json() for a in self.actions],
+            "findings": self.findings,
+        }
+
+
+class _Context:
+    def __init__(self, profile: Any, target: HostTarget) -> None:
+        self.profile = profile
+        self.target = target
+
+
+def open_target(request: AuditRequest, writable: bool) -> HostTarget:
+    node = open_node(request)
+    if request.simulate is not None:
+        if writable:
+            raise ConfigError(f"simulated nodes are read-only; make a copy to practise on with "
+                              f"`nodewarden snapshot capture --simulate {request.simulate} --out DIR` "
+                              "and pass --snapshot DIR")
+        assert node.snapshot is not None
+        return SnapshotTarget(node.snapshot.path, writable=False)
+    if node.snapshot is not None:
+        if not node.snapshot.has("host"):
+            raise ConfigError("the snapshot holds no host data (fs/) to remediate", path=str(node.snapshot.path))
+        return SnapshotTarget(node.snapshot.path, writable=writable)
+    return LiveTarget("/")
+
+
+def _remediable_check_ids() -> tuple[str, ...]:
+    known = planners()
+    return tuple(c.id for c in all_checks() if c.remediation in known)
+
+
+def _matches(action: Action, globs: tuple[str, ...]) -> bool:
+    return not globs or any(fnmatch.fnmatchcase(action.id, g) or fnmatch.fnmatchcase(action.finding, g)
+                            for g in globs)
+
+
+def plan(request: RemediationRequest, target: HostTarget,
+         store: ProfileStore | None = None) -> tuple[Report, list[Action]]:
+    config = request.audit.config
+    store = store or ProfileStore(config.profile_dirs, config.overrides_file)
+    # Audit only what an actuator can fix: no NVML or BMC reads for a host-only plan.
+    audit = dataclasses.replace(request.audit, only=_remediable_check_ids())
+    report = run_audit(audit, store)
+    profile = store.profile(report.profile)
+    context = _Context(profile, target)
+    table = planners()
+    remediation_of = {c.id: c.remediation for c in all_checks()}
+    actions: list[Action] = []
+    seen: set[str] = set()
+    for finding in report.findings:
+        if finding.status not in (Status.FAIL, Status.WARN, Status.UNKNOWN) or finding.waiver is not None:
+            continue
+        # An unknown finding (e.g. a sysctl the kernel lacks) goes to its actuator
+        # too, which refuses it with the reason instead of silently skipping it.
+        planner = table.get(finding.remediation or remediation_of.get(finding.check) or "")
+        if planner is None:
+            continue
+        for action in planner(finding, context):
+            if action.id in seen or not _matches(action, request.only):
+                continue
+            seen.add(action.id)
+            action.finding_subject = finding.subject
+            if action.refused is not None:
+                action.outcome = Outcome.REFUSED
+            elif action.action_class not in request.allow:
+                action.outcome = Outcome.NOT_ALLOWED
+                action.error = f"class {action.action_class.value} not allowed (--allow {action.action_class.value})"
+            actions.append(action)
+    return report, actions
+
+
+def _before_state(target: HostTarget, change: AttrWrite | FileEdit) -> dict[str, Any]:
+    raw = target.read(change.path)
+    if isinstance(change, AttrWrite):
+        if raw is None:
+            raise FileNotFoundError(change.path)
+        return {"kind": "attr", "path": change.path, "raw": b64(raw), "value": change.parse(raw)}
+    # Directories the write will create: rollback removes them again (if still empty).
+    missing: list[str] = []
+    parent = os.path.dirname(change.path)
+    while parent != "/" and not target.is_dir(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    return {"kind": "file", "path": change.path, "content": b64(raw), "mode": target.file_mode(change.path),
+            "created_dirs": missing}
+
+
+def _apply_change(target: HostTarget, change: AttrWrite | FileEdit) -> None:
+    if isinstance(change, AttrWrite):
+        target.write_attr(change.path, change.value, change.shown)
+    else:
+        target.write_file(change.path, change.edit(target.read(change.path)), change.mode)
+
+
+def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
+    observed: Any = None
+    ok = True
+    values = []
+    for change in action.changes:
+        if isinstance(change, AttrWrite):
+            raw = target.read(change.path)
+            value = None if raw is None else change.parse(raw)
+            values.append(value)
+            if value is None or (action.expectation is not None and not action.expectation.evaluate(value).ok):
+                ok = False
+    if values:
+        distinct = sorted({str(v) for v in values})
+        observed = distinct[0] if len(distinct) == 1 else distinct
+    return ok, observed
+
+
+def apply(request: RemediationRequest, target: HostTarget, actions: list[Action], journal: RunJournal) -> None:
+    for action in actions:
+        if action.outcome is not Outcome.PLANNED:
+            continue
+        try:
+            states = [_before_state(target, c) for c in action.changes]
+        except (OSError, ValueError) as exc:
+            action.outcome, action.error = Outcome.FAILED, f"cannot read the before-state: {exc}"
+            continue
+        failpoint("before-journal")
+        journal.append({"phase": "before", "action": action.id, "states": states})
+        failpoint("after-journal")
+        try:
+            for number, change in enumerate(action.changes):
+                if number == 1:
+                    failpoint("mid-action")
+                _apply_change(target, change)
+        except (OSError, ValueError) as exc:
+            action.outcome, action.error = Outcome.FAILED, f"write failed: {exc}; `nodewarden rollback " \
+                f"{journal.run_id}` restores the prior state"
+            journal.append({"phase": "failed", "action": action.id, "error": str(exc)})
+            continue
+        ok, observed = _verify(target, action)
+        action.verified, action.observed_after = ok, observed
+        action.outcome = Outcome.APPLIED if ok else Outcome.FAILED
+        if not ok:
+            action.error = f"re-read shows {observed}, expected {action.after}"
+        journal.append({"phase": "done", "action": action.id, "verified": ok})
+
+
+def remediate(request: RemediationRequest, store: ProfileStore | None = None) -> RemediationResult:
+    target = open_target(request.audit, writable=request.apply)
+    state = StateDir(request.state_dir)
+    if not request.apply:
+        report, actions = plan(request, target, store)
+        return RemediationResult("plan", target.description, report.profile, actions)
+    with state.lock():
+        # Plan under the lock: a concurrent run could otherwise change what we read.
+        report, actions = plan(request, target, store)
+        result = RemediationResult("apply", target.description, report.profile, actions)
+        if not any(a.outcome is Outcome.PLANNED for a in actions):
+            return result
+        run_id = new_run_id()
+        journal = state.create_run(run_id, {"target": target.description, "profile": report.profile,
+                                            "actions": [a.id for a in actions if a.outcome is Outcome.PLANNED]})
+        result.run_id = run_id
+        apply(request, target, actions, journal)
+        journal.append({"phase": "finished"})
+    fixed = {(a.finding, a.finding_subject) for a in actions if a.outcome is Outcome.APPLIED}
+    for finding in report.findings:
+        if (finding.check, finding.subject) in fixed:
+            result.findings.append({**finding.to_json(), "status": Status.FIXED.value})
+    return result
+
+
+@dataclass
+class RollbackResult:
+    run_id: str
+    target: str
+    restored: list[str]
+    already: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "target": self.target, "restored": self.restored,
+                "already_rolled_back": self.already, "changed": bool(self.restored)}
+
+
+def _restore(target: HostTarget, state: dict[str, Any]) -> None:
+    path = str(state["path"])
+    if state["kind"] == "attr":
+        raw = unb64(state["raw"])
+        assert raw is not None
+        target.restore_attr(path, raw, str(state["value"]))
+    else:
+        mode = state.get("mode")
+        target.write_file(path, unb64(state["content"]), int(mode) if mode is not None else 0o644)
+        for directory in state.get("created_dirs", []):  # deepest first
+            target.remove_empty_dir(str(directory))
+
+
+def rollback(audit: AuditRequest, state_dir: Path, run_id: str | None) -> RollbackResult:
+    target = open_target(audit, writable=True)
+    state = StateDir(state_dir)
+    with state.lock():
+        run = state.open_run(run_id) if run_id else state.last_run(target.description)
+        meta = run.meta()
+        if meta.get("target") != target.description:
+            raise RemediationError(f"run {run.run_id} changed {meta.get('target')}, not {target.description}; "
+                                   "pass the same source options as to remediate")
+        if run.rolled_back() is not None:
+            return RollbackResult(run.run_id, target.description, [], already=True)
+        restored: list[str] = []
+        for entry in reversed(run.before_states()):
+            for item in reversed(entry["states"]):
+                _restore(target, item)
+                restored.append(str(item["path"]))
+        run.mark_rolled_back(len(restored))
+    return RollbackResult(run.run_id, target.description, restored)

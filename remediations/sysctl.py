@@ -1,0 +1,119 @@
+"""sysctl: runtime write to /proc/sys plus persistence in /etc/sysctl.d/90-nodewarden.conf.
+
+Only keys the profile names are touched; other files in sysctl.d are never
+edited. A file that sysctl --system / systemd-sysctl applies after ours and
+sets the same key would undo the value at boot: the action says so.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.model import Finding
+from agent.sources.host import InvalidName, normalize_sysctl, sysctl_path
+from remediations import Action, ActionClass, AttrWrite, FileEdit, PlanContext, actuator, refused, target_value
+
+CONF_NAME = "90-nodewarden.conf"
+CONF_PATH = f"/etc/sysctl.d/{CONF_NAME}"
+# systemd-sysctl's search path, first wins for equal names; procps also reads /etc/sysctl.conf last.
+SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
+HEADER = b"# Managed by nodewarden remediate: keys from the node's tuning profile.\n"
+
+# Checks whose subject is not the key itself.
+_KEY_OF_CHECK = {"host.numa.balancing": ("kernel.numa_balancing", ("numa", "balancing"))}
+_LINE_RE = re.compile(r"^\s*-?\s*([A-Za-z0-9_./-]+)\s*=\s*(.*?)\s*$")
+
+
+def parse_sysctl_value(raw: bytes) -> str:
+    return normalize_sysctl(raw.decode("utf-8"))
+
+
+def shown_sysctl(old: bytes, value: str) -> bytes:
+    # The kernel prints multi-value sysctls tab-separated, one line.
+    sep = "\t" if b"\t" in old else " "
+    return (sep.join(value.split()) + "\n").encode()
+
+
+def _conf_key(key: str) -> str:
+    return key.replace("/", ".")
+
+
+def set_conf_key(old: bytes | None, key: str, value: str) -> bytes:
+    """Set `key = value` in our conf file, keeping every other line as it was."""
+    lines = (old or HEADER).decode("utf-8").splitlines()
+    out, found = [], False
+    for line in lines:
+        match = _LINE_RE.match(line)
+        if match and _conf_key(match.group(1)) == _conf_key(key):
+            if not found:
+                out.append(f"{key} = {value}")
+            found = True
+            continue
+        out.append(line)
+    if not found:
+        out.append(f"{key} = {value}")
+    return ("\n".join(out) + "\n").encode()
+
+
+def conf_settings(text: str) -> dict[str, str]:
+    settings = {}
+    for line in text.splitlines():
+        if line.lstrip().startswith(("#", ";")):
+            continue
+        match = _LINE_RE.match(line)
+        if match:
+            settings[_conf_key(match.group(1))] = match.group(2)
+    return settings
+
+
+def later_overrides(ctx: PlanContext, key: str) -> list[str]:
+    """Files applied after ours at boot that set `key` (name: what they set)."""
+    chosen: dict[str, str] = {}
+    for directory in SYSCTL_DIRS:
+        for name in ctx.target.listdir(directory):
+            if name.endswith(".conf") and name not in chosen:
+                chosen[name] = f"{directory}/{name}"
+    later = [chosen[n] for n in sorted(chosen) if n > CONF_NAME]
+    later.append("/etc/sysctl.conf")
+    notes = []
+    for path in later:
+        raw = ctx.target.read(path)
+        if raw is None:
+            continue
+        setting = conf_settings(raw.decode("utf-8", errors="replace")).get(_conf_key(key))
+        if setting is not None:
+            notes.append(f"{path} sets {key} = {setting} after {CONF_NAME}; the boot-time value will be {setting}")
+    return notes
+
+
+@actuator("sysctl")
+def plan_sysctl(finding: Finding, ctx: PlanContext) -> list[Action]:
+    key, section = _KEY_OF_CHECK.get(finding.check, (finding.subject, ("sysctl", finding.subject)))
+    action_id = f"sysctl:{key}"
+    expectation = (ctx.profile.expectations_under("sysctl").get(key) if section[0] == "sysctl"
+                   else ctx.profile.expectation(*section))
+    if expectation is None:
+        return [refused(action_id, finding, ActionClass.SAFE, finding.observed, "the profile does not set this key")]
+    try:
+        path = sysctl_path(key)
+    except InvalidName as exc:
+        return [refused(action_id, finding, ActionClass.SAFE, finding.observed, str(exc))]
+    raw = ctx.target.read(path)
+    if raw is None:
+        return [refused(action_id, finding, ActionClass.SAFE, None,
+                        f"the kernel has no sysctl {key} ({path} does not exist)")]
+    current = parse_sysctl_value(raw)
+    value = target_value(expectation)
+    if value is None:
+        return [refused(action_id, finding, ActionClass.SAFE, current,
+                        f"the profile allows {expectation.describe()} but names no single value to set")]
+    if expectation.evaluate(current).ok:
+        return []
+    return [Action(
+        action_id, "sysctl", ActionClass.SAFE, key, finding.check, current, value,
+        changes=(
+            AttrWrite(path, value, parse_sysctl_value, shown_sysctl),
+            FileEdit(CONF_PATH, lambda old: set_conf_key(old, key, value)),
+        ),
+        notes=later_overrides(ctx, key), expectation=expectation,
+    )]
