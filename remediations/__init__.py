@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from agent.expect import Expectation
 from agent.model import Finding
 from agent.profiles import Profile
+from agent.sources.fsroot import FsRoot
 
 
 class ActionClass(str, enum.Enum):
@@ -110,6 +111,7 @@ class HostTarget(Protocol):
 
     description: str
     live: bool
+    fs: FsRoot  # the same read view the audit's host source uses
 
     def read(self, path: str) -> bytes | None: ...
 

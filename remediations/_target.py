@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.errors import SnapshotError
-from agent.sources.fsroot import SnapshotFs
+from agent.sources.fsroot import FsRoot, LiveFs, SnapshotFs
 
 
 def _check_path(path: str) -> None:
@@ -74,6 +74,7 @@ class LiveTarget:
     def __init__(self, root: str = "/") -> None:
         self.root = root
         self.description = "live" if root == "/" else f"live:{root}"
+        self.fs: FsRoot = LiveFs(root)
 
     def _real(self, path: str) -> str:
         _check_path(path)
@@ -130,9 +131,10 @@ class SnapshotTarget:
     live = False
 
     def __init__(self, snapshot_dir: Path, writable: bool = True) -> None:
-        self.fs = SnapshotFs(snapshot_dir)
+        self.snapshot_fs = SnapshotFs(snapshot_dir)
+        self.fs: FsRoot = self.snapshot_fs
         self.description = f"snapshot:{snapshot_dir.resolve()}"
-        if writable and not os.access(self.fs.base, os.W_OK):
+        if writable and not os.access(self.snapshot_fs.base, os.W_OK):
             raise SnapshotError("snapshot is read-only; copy it first with "
                                 "`nodewarden snapshot capture --snapshot DIR --out NEW`", path=str(snapshot_dir))
 
@@ -140,8 +142,8 @@ class SnapshotTarget:
         _check_path(path)
         # Resolve recorded symlinks (sys/class/net/eth0 -> ../../devices/...).
         parent, _, name = path.rpartition("/")
-        real_parent = self.fs.resolve(parent) if parent else ""
-        return os.path.join(self.fs.base, real_parent, name)
+        real_parent = self.snapshot_fs.resolve(parent) if parent else ""
+        return os.path.join(self.snapshot_fs.base, real_parent, name)
 
     def read(self, path: str) -> bytes | None:
         try:
@@ -175,7 +177,7 @@ class SnapshotTarget:
 
     def listdir(self, path: str) -> list[str]:
         try:
-            return self.fs.listdir(path)
+            return self.snapshot_fs.listdir(path)
         except OSError:
             return []
 

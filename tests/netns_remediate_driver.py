@@ -1,9 +1,10 @@
-"""Runs inside `unshare --user --map-root-user --net --mount` (see test_remediate_netns.py).
+"""Runs inside `ip netns exec NS` (see test_remediate_netns.py): live remediation of a real kernel.
 
-The private mount namespace gets a tmpfs over /etc/sysctl.d so the
-persistence file never reaches the host; the private network namespace has
-its own net.ipv4.* sysctls, so the live kernel write never reaches the host
-either. Prints one JSON object with what it observed at each step.
+`ip netns exec` gives a private mount namespace with /sys showing only the
+namespace's links; we add a tmpfs over /etc/sysctl.d so the persistence file
+never reaches the host. net.ipv4.* sysctls and the veth MTUs are per
+namespace, so the live writes never reach the host either. Prints one JSON
+object with what it observed at each step.
 """
 
 from __future__ import annotations
@@ -12,31 +13,42 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-KEY_PATH = Path("/proc/sys/net/ipv4/tcp_mtu_probing")
+PROBING = Path("/proc/sys/net/ipv4/tcp_mtu_probing")
+MTU0, MTU1 = Path("/sys/class/net/nwv0/mtu"), Path("/sys/class/net/nwv1/mtu")
 CONF = Path("/etc/sysctl.d/90-nodewarden.conf")
 
 
-def nodewarden(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, check=False)
+def nodewarden(*args: str) -> tuple[int, Any, str]:
+    proc = subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, check=False)
+    try:
+        out = json.loads(proc.stdout)
+    except ValueError:
+        out = proc.stdout
+    return proc.returncode, out, proc.stderr[-2000:]
+
+
+def observe() -> dict[str, Any]:
+    return {"probing": PROBING.read_text().strip(), "mtu0": MTU0.read_text().strip(),
+            "mtu1": MTU1.read_text().strip(), "conf": CONF.read_text() if CONF.exists() else None}
 
 
 def main() -> None:
     config, state = sys.argv[1], sys.argv[2]
     subprocess.run(["mount", "-t", "tmpfs", "nodewarden-test", "/etc/sysctl.d"], check=True)
-    seen: dict[str, object] = {"before": KEY_PATH.read_text().strip()}
-    common = ["--config", config, "--profile", "nw-live", "--state-dir", state]
-    applied = nodewarden("remediate", *common, "--apply", "--only", "sysctl:net.ipv4.*", "--format", "json")
-    seen["apply_rc"], seen["apply"] = applied.returncode, json.loads(applied.stdout or "null")
-    seen["apply_stderr"] = applied.stderr[-2000:]
-    seen["after"] = KEY_PATH.read_text().strip()
-    seen["conf"] = CONF.read_text() if CONF.exists() else None
-    again = nodewarden("remediate", *common, "--apply", "--only", "sysctl:net.ipv4.*", "--format", "json")
-    seen["again"] = json.loads(again.stdout or "null")
-    rolled = nodewarden("rollback", "--last", "--config", config, "--state-dir", state)
-    seen["rollback_rc"], seen["rollback_stderr"] = rolled.returncode, rolled.stderr[-2000:]
-    seen["restored"] = KEY_PATH.read_text().strip()
-    seen["conf_after_rollback"] = CONF.exists()
+    common = ["--config", config, "--profile", "nw-live", "--state-dir", state, "--format", "json"]
+    fixable = ["--only", "sysctl:net.ipv4.*", "--only", "mtu:nwv0"]
+    seen: dict[str, Any] = {"before": observe()}
+    seen["plan"] = nodewarden("remediate", *common, *fixable)
+    seen["apply"] = nodewarden("remediate", *common, *fixable, "--apply")
+    seen["after"] = observe()
+    seen["again"] = nodewarden("remediate", *common, *fixable, "--apply")
+    seen["too_big"] = nodewarden("remediate", *common, "--only", "mtu:nwv1", "--apply")
+    seen["after_too_big"] = observe()
+    rc, _, err = nodewarden("rollback", "--last", "--config", config, "--state-dir", state)
+    seen["rollback"] = [rc, err]
+    seen["restored"] = observe()
     print(json.dumps(seen))
 
 

@@ -16,14 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from agent.cli import cli
 from agent.journal import LockHeld, StateDir
 from agent.sources.fsroot import SnapshotFs
 from remediations.sysctl import set_conf_key
 from tests.conftest import RunCli
 
-DRIFTED_ACTIONS = {"cpu_governor:node", "sysctl:kernel.numa_balancing", "sysctl:net.core.rmem_max", "thp:enabled"}
-REMEDIABLE = ("host.sysctl", "host.numa.balancing", "host.thp.enabled", "host.thp.defrag", "host.cpu.governor")
+DRIFTED_ACTIONS = {"cpu_governor:node", "sysctl:kernel.numa_balancing", "sysctl:net.core.rmem_max", "thp:enabled",
+                   "mtu:enp156s0np0"}
+REMEDIABLE = ("host.sysctl", "host.numa.balancing", "host.thp.enabled", "host.thp.defrag", "host.cpu.governor",
+              "net.mtu")
 
 
 def tree_state(root: Path) -> dict[str, tuple[int, bytes | None]]:
@@ -39,12 +43,26 @@ def tree_state(root: Path) -> dict[str, tuple[int, bytes | None]]:
     return state
 
 
-@pytest.fixture
-def node(tmp_path: Path, run_cli: RunCli, empty_config: Path) -> Path:
-    out = tmp_path / "node"
-    result = run_cli("snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out))
-    assert result.code == 0, result.stderr
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One writable copy made the way operators make it (`snapshot capture --simulate`)."""
+    out = tmp_path_factory.mktemp("captured") / "node"
+    result = CliRunner().invoke(cli, ["snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
     return out
+
+
+@pytest.fixture
+def node(tmp_path: Path, captured: Path) -> Path:
+    # Hard links make the 10k-file copy cheap. Safe because every nodewarden
+    # write replaces a file by rename; tests edit files only through `rewrite`.
+    return Path(shutil.copytree(captured, tmp_path / "node", symlinks=True, copy_function=os.link))
+
+
+def rewrite(path: Path, text: str) -> None:
+    """Replace a file without touching the inode it may share with other copies."""
+    path.unlink()
+    path.write_text(text)
 
 
 def remediate(run_cli: RunCli, node: Path, state: Path, config: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -80,19 +98,21 @@ def test_apply_fixes_verifies_and_is_idempotent(run_cli: RunCli, node: Path, tmp
     state = tmp_path / "state"
     assert audit_fails(run_cli, node, empty_config) == {
         ("host.cpu.governor", "node"), ("host.numa.balancing", "node"),
-        ("host.sysctl", "net.core.rmem_max"), ("host.thp.enabled", "node")}
+        ("host.sysctl", "net.core.rmem_max"), ("host.thp.enabled", "node"), ("net.mtu", "enp156s0np0")}
     code, result = remediate(run_cli, node, state, empty_config, "--apply")
     assert code == 0 and result["changed"] is True and result["reboot_required"] is False
     assert all(a["status"] == "applied" and a["applied"] and a["verified"] for a in result["actions"])
     assert {(f["check"], f["subject"], f["status"]) for f in result["findings"]} == {
         ("host.cpu.governor", "node", "fixed"), ("host.numa.balancing", "node", "fixed"),
-        ("host.sysctl", "net.core.rmem_max", "fixed"), ("host.thp.enabled", "node", "fixed")}
+        ("host.sysctl", "net.core.rmem_max", "fixed"), ("host.thp.enabled", "node", "fixed"),
+        ("net.mtu", "enp156s0np0", "fixed")}
     fs = node / "fs"
     assert (fs / "proc/sys/net/core/rmem_max").read_text() == "134217728\n"
     assert (fs / "sys/kernel/mm/transparent_hugepage/enabled").read_text() == "always [madvise] never\n"
     recorded = SnapshotFs(node)  # cpufreq/ is a recorded link to cpufreq/policyN
     assert {recorded.read_bytes(f"/sys/devices/system/cpu/cpu{n}/cpufreq/scaling_governor")
             for n in range(224)} == {b"performance\n"}
+    assert recorded.read_bytes("/sys/class/net/enp156s0np0/mtu") == b"9000\n"
     conf = (fs / "etc/sysctl.d/90-nodewarden.conf").read_text()
     assert conf.splitlines()[1:] == ["kernel.numa_balancing = 0", "net.core.rmem_max = 134217728"]
     assert audit_fails(run_cli, node, empty_config) == set()
@@ -123,6 +143,7 @@ def test_rollback_restores_byte_identical_state(run_cli: RunCli, node: Path, tmp
 @pytest.mark.parametrize("only,expected", [
     ("sysctl:*", {"sysctl:kernel.numa_balancing", "sysctl:net.core.rmem_max"}),
     ("host.thp.*", {"thp:enabled"}),
+    ("net.*", {"mtu:enp156s0np0"}),
     ("nothing*", set()),
 ])
 def test_only_selects_actions_by_id_or_check(run_cli: RunCli, node: Path, tmp_path: Path, empty_config: Path,
@@ -130,7 +151,7 @@ def test_only_selects_actions_by_id_or_check(run_cli: RunCli, node: Path, tmp_pa
     code, result = remediate(run_cli, node, tmp_path / "state", empty_config, "--apply", "--only", only)
     assert code == 0 and {a["id"] for a in result["actions"]} == expected
     left = audit_fails(run_cli, node, empty_config)
-    assert len(left) == 4 - len(expected)
+    assert len(left) == 5 - len(expected)
 
 
 def test_simulated_node_cannot_be_applied(run_cli: RunCli, tmp_path: Path, empty_config: Path) -> None:
@@ -201,7 +222,7 @@ def test_unknown_sysctl_and_range_are_refused(run_cli: RunCli, node: Path, tmp_p
 def test_thp_on_kernel_cmdline_is_respected(run_cli: RunCli, node: Path, tmp_path: Path,
                                            empty_config: Path) -> None:
     cmdline = node / "fs/proc/cmdline"
-    cmdline.write_text(cmdline.read_text().strip() + " transparent_hugepage=always\n")
+    rewrite(cmdline, cmdline.read_text().strip() + " transparent_hugepage=always\n")
     code, result = remediate(run_cli, node, tmp_path / "state", empty_config, "--apply", "--only", "thp:*")
     assert code == 1
     (action,) = result["actions"]
@@ -214,7 +235,7 @@ def test_governor_not_offered_is_refused(run_cli: RunCli, node: Path, tmp_path: 
                                         empty_config: Path) -> None:
     recorded = SnapshotFs(node)
     available = node / "fs" / recorded.resolve("/sys/devices/system/cpu/cpu7/cpufreq/scaling_available_governors")
-    available.write_text("powersave\n")
+    rewrite(available, "powersave\n")
     code, result = remediate(run_cli, node, tmp_path / "state", empty_config, "--apply", "--only", "cpu_*")
     assert code == 1
     (action,) = result["actions"]

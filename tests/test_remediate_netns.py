@@ -1,44 +1,95 @@
-"""Live remediation of a real kernel: net.ipv4 sysctls inside a network namespace we create.
+"""Live remediation of a real kernel inside a network namespace the test creates.
 
-Never touches the host's own settings: the kernel write lands in a private
-network namespace and the persistence file on a tmpfs in a private mount
-namespace (`unshare --user --map-root-user` makes this work without root).
+net.ipv4 sysctls and MTUs of a veth pair change for real and are rolled
+back; the host's own interfaces and settings are never touched (the
+persistence file lands on a tmpfs in the namespace's private mount
+namespace). Needs root, as creating a netns with a veth pair does; CI runs
+as root.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.conftest import REPO
 
+PROFILE = """\
+name: nw-live
+description: netns test profile
+extends: base
+expect:
+  sysctl:
+    net.ipv4.tcp_mtu_probing:
+      equals: 1
+      severity: warning
+      reason: RoCE/TCP paths with PMTU black holes need probing
+  network:
+    mtu:
+      jumbo:
+        match: {names: [nwv0]}
+        expect: {min: 9000, severity: warning, reason: jumbo frames on the data plane}
+      impossible:
+        match: {names: [nwv1]}
+        expect: {equals: 70000, severity: warning, reason: above what veth supports}
+"""
 
-def test_live_sysctl_apply_verify_rollback_in_netns(tmp_path: Path) -> None:
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    assert os.geteuid() == 0, "creating a network namespace with a veth pair needs root (CI runs as root)"
+    name = f"nwtest{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "add", "nwv0", "type", "veth", "peer", "name", "nwv1"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def test_live_sysctl_and_mtu_apply_verify_rollback(netns: str, tmp_path: Path) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    (profiles / "nw-live.yaml").write_text(
-        "name: nw-live\ndescription: netns test\nextends: base\nexpect:\n  sysctl:\n"
-        "    net.ipv4.tcp_mtu_probing:\n      equals: 1\n      severity: warning\n"
-        "      reason: RoCE/TCP paths with PMTU black holes need probing\n")
+    (profiles / "nw-live.yaml").write_text(PROFILE)
     config = tmp_path / "config.yaml"
     config.write_text(f"profile_dirs: [{profiles}]\n")
-    host_value = Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text()
+    host_probing = Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text()
+    host_conf = Path("/etc/sysctl.d/90-nodewarden.conf").exists()
     proc = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "--net", "--mount", "--",
-         sys.executable, str(REPO / "tests" / "netns_remediate_driver.py"),
+        ["ip", "netns", "exec", netns, sys.executable, str(REPO / "tests" / "netns_remediate_driver.py"),
          str(config), str(tmp_path / "state")],
         capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    seen = json.loads(proc.stdout)
-    assert seen["before"] == "0"  # a fresh namespace starts at the kernel default
-    assert seen["apply_rc"] == 0, seen["apply_stderr"]
-    (action,) = seen["apply"]["actions"]
-    assert (action["id"], action["status"], action["verified"]) == ("sysctl:net.ipv4.tcp_mtu_probing", "applied", True)
-    assert seen["after"] == "1"
-    assert seen["conf"].splitlines()[1:] == ["net.ipv4.tcp_mtu_probing = 1"]
-    assert seen["again"]["changed"] is False and seen["again"]["actions"] == []
-    assert seen["rollback_rc"] == 0, seen["rollback_stderr"]
-    assert seen["restored"] == "0" and seen["conf_after_rollback"] is False
-    assert Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text() == host_value  # the host never changed
+    seen: dict[str, Any] = json.loads(proc.stdout)
+    assert seen["before"] == {"probing": "0", "mtu0": "1500", "mtu1": "1500", "conf": None}
+
+    code, plan, err = seen["plan"]
+    assert code == 0, err
+    assert {(a["id"], a["status"], str(a["before"]), str(a["after"])) for a in plan["actions"]} == {
+        ("sysctl:net.ipv4.tcp_mtu_probing", "planned", "0", "1"), ("mtu:nwv0", "planned", "1500", "9000")}
+
+    code, applied, err = seen["apply"]
+    assert code == 0, err
+    assert all(a["status"] == "applied" and a["verified"] for a in applied["actions"])
+    assert seen["after"]["probing"] == "1" and seen["after"]["mtu0"] == "9000"
+    assert seen["after"]["conf"].splitlines()[1:] == ["net.ipv4.tcp_mtu_probing = 1"]
+    assert seen["again"][1]["changed"] is False and seen["again"][1]["actions"] == []
+
+    code, too_big, _ = seen["too_big"]
+    assert code == 1
+    (refused,) = too_big["actions"]
+    assert refused["status"] == "refused" and "supports at most MTU 65535" in refused["reason"]
+    assert seen["after_too_big"] == seen["after"]  # nothing partially applied
+
+    assert seen["rollback"][0] == 0, seen["rollback"][1]
+    assert seen["restored"] == seen["before"]
+    # The host never saw any of it.
+    assert Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text() == host_probing
+    assert Path("/etc/sysctl.d/90-nodewarden.conf").exists() == host_conf

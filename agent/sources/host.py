@@ -279,7 +279,7 @@ def read_pci(fs: FsRoot) -> tuple[PciFunction, ...] | Unknown:
     return tuple(functions)
 
 
-def _read_rdma_ports(fs: FsRoot) -> dict[str, tuple[str, str | None]]:
+def read_rdma_ports(fs: FsRoot) -> dict[str, tuple[str, str | None]]:
     """netdev name -> (RDMA device, link layer) from /sys/class/infiniband."""
     ports: dict[str, tuple[str, str | None]] = {}
     devices = _listdir(fs, IB_DIR)
@@ -330,7 +330,7 @@ def read_interfaces(fs: FsRoot) -> tuple[NetInterface, ...] | Unknown:
     names = _listdir(fs, NET_DIR)
     if isinstance(names, Unknown):
         return names
-    rdma = _read_rdma_ports(fs)
+    rdma = read_rdma_ports(fs)
     return tuple(read_interface(fs, n, rdma) for n in names
                  if IFNAME_RE.match(n) and n not in (".", "..") and _is_interface_entry(fs, n))
 
