@@ -322,5 +322,20 @@ def rollback(simulate: str | None, snapshot: Path | None, config_path: Path | No
             click.echo(f"  ... and {len(paths) - 10} more (--format json lists all)")
 
 
+@cli.command("apply-boot")
+@click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Apply under DIR instead of / (tests, chroots).")
+def apply_boot_command(root: str) -> None:
+    """Replay the tunables remediate persisted in /etc/nodewarden/boot.conf (run at boot)."""
+    from agent.bootapply import apply_boot
+
+    result = apply_boot(root)
+    for line in result.applied:
+        click.echo(f"applied {line}")
+    for problem in result.problems:
+        click.echo(f"nodewarden: warning: {problem}", err=True)
+    sys.exit(result.exit_code)
+
+
 def main() -> None:
     cli(prog_name="nodewarden")

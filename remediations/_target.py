@@ -90,7 +90,7 @@ class LiveTarget:
     def write_attr(self, path: str, value: str, shown: Callable[[bytes, str], bytes]) -> None:
         # Kernel attributes take the bare value in one write(); no temp file
         # or rename is possible in procfs/sysfs.
-        fd = os.open(self._real(path), os.O_WRONLY | os.O_CLOEXEC)
+        fd = os.open(self._real(path), os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
         try:
             os.write(fd, value.encode())
         finally:

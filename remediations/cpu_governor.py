@@ -7,6 +7,7 @@ import re
 from agent.model import Finding
 from checks.host_cpu import cpu_ranges  # the audit's own cpulist format
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
+from remediations._boot import persist
 
 CPU_DIR = "/sys/devices/system/cpu"
 _CPU_RE = re.compile(r"^cpu\d+$")
@@ -48,4 +49,4 @@ def plan_cpu_governor(finding: Finding, ctx: PlanContext) -> list[Action]:
         return [] if before else [refused(action_id, finding, ActionClass.SAFE, None, "no CPU exposes cpufreq")]
     return [Action(action_id, "cpu_governor", ActionClass.SAFE, "node", finding.check,
                    {g: cpu_ranges(tuple(c)) for g, c in sorted(before.items())}, value,
-                   changes=tuple(changes), expectation=expectation)]
+                   changes=(*changes, persist("cpu.governor", value)), expectation=expectation)]

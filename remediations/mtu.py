@@ -18,6 +18,7 @@ from agent.model import Finding, Unknown
 from agent.sources.host import read_interface, read_pci_function, read_rdma_ports
 from checks.net_mtu import rule_matches
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
+from remediations._boot import persist
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")  # IFNAMSIZ - 1, no '/'
 IP_TIMEOUT_S = 5.0
@@ -74,7 +75,7 @@ def plan_mtu(finding: Finding, ctx: PlanContext) -> list[Action]:
                         f"rule {rule} allows {expectation.describe()} but names no single MTU to set")]
     if expectation.evaluate(iface.mtu).ok:
         return []
-    notes = ["runtime only until the boot-time unit nodewarden-apply.service persists it"]
+    notes: list[str] = []
     if ctx.target.live and getattr(ctx.target, "root", "/") == "/":
         low, high = netlink_mtu_limits(name)
         if high is not None and int(value) > high:
@@ -88,5 +89,6 @@ def plan_mtu(finding: Finding, ctx: PlanContext) -> list[Action]:
     if iface.bond_master:
         notes.append(f"{name} is a member of {iface.bond_master}; the bond's own MTU also needs the new value")
     return [Action(action_id, "mtu", ActionClass.SAFE, name, finding.check, iface.mtu, int(value),
-                   changes=(AttrWrite(f"/sys/class/net/{name}/mtu", value, parse_mtu, shown_mtu),),
+                   changes=(AttrWrite(f"/sys/class/net/{name}/mtu", value, parse_mtu, shown_mtu),
+                            persist(f"mtu.{name}", value)),
                    expectation=expectation, notes=notes)]

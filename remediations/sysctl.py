@@ -38,9 +38,9 @@ def _conf_key(key: str) -> str:
     return key.replace("/", ".")
 
 
-def set_conf_key(old: bytes | None, key: str, value: str) -> bytes:
-    """Set `key = value` in our conf file, keeping every other line as it was."""
-    lines = (old or HEADER).decode("utf-8").splitlines()
+def set_conf_key(old: bytes | None, key: str, value: str, header: bytes = HEADER) -> bytes:
+    """Set `key = value` in one of our conf files, keeping every other line as it was."""
+    lines = (old or header).decode("utf-8").splitlines()
     out, found = [], False
     for line in lines:
         match = _LINE_RE.match(line)
@@ -55,14 +55,16 @@ def set_conf_key(old: bytes | None, key: str, value: str) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
-def conf_settings(text: str) -> dict[str, str]:
+def conf_settings(text: str, sysctl_keys: bool = True) -> dict[str, str]:
+    """`key = value` lines; sysctl keys spell dots as '/' too (normalized unless told otherwise)."""
     settings = {}
     for line in text.splitlines():
         if line.lstrip().startswith(("#", ";")):
             continue
         match = _LINE_RE.match(line)
         if match:
-            settings[_conf_key(match.group(1))] = match.group(2)
+            key = match.group(1)
+            settings[_conf_key(key) if sysctl_keys else key] = match.group(2)
     return settings
 
 

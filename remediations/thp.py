@@ -11,6 +11,7 @@ from agent.facts import parse_kernel_cmdline
 from agent.model import Finding
 from agent.sources.host import parse_bracketed
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
+from remediations._boot import persist
 
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 
@@ -56,5 +57,5 @@ def plan_thp(finding: Finding, ctx: PlanContext) -> list[Action]:
                             f"the kernel command line sets transparent_hugepage={on_cmdline}; change it in "
                             "the bootloader configuration (nodewarden never edits the bootloader)")]
     return [Action(action_id, "thp", ActionClass.SAFE, which, finding.check, current, value,
-                   changes=(AttrWrite(path, value, parse_thp, shown_thp),), expectation=expectation,
-                   notes=["runtime only until the boot-time unit nodewarden-apply.service persists it"])]
+                   changes=(AttrWrite(path, value, parse_thp, shown_thp), persist(f"thp.{which}", value)),
+                   expectation=expectation)]

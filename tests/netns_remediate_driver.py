@@ -1,8 +1,8 @@
 """Runs inside `ip netns exec NS` (see test_remediate_netns.py): live remediation of a real kernel.
 
 `ip netns exec` gives a private mount namespace with /sys showing only the
-namespace's links; we add a tmpfs over /etc/sysctl.d so the persistence file
-never reaches the host. net.ipv4.* sysctls and the veth MTUs are per
+namespace's links; we put an overlay (upper layer on a tmpfs) over /etc so the
+persistence files (/etc/sysctl.d, /etc/nodewarden) never reach the host. net.ipv4.* sysctls and the veth MTUs are per
 namespace, so the live writes never reach the host either. Prints one JSON
 object with what it observed at each step.
 """
@@ -18,6 +18,7 @@ from typing import Any
 PROBING = Path("/proc/sys/net/ipv4/tcp_mtu_probing")
 MTU0, MTU1 = Path("/sys/class/net/nwv0/mtu"), Path("/sys/class/net/nwv1/mtu")
 CONF = Path("/etc/sysctl.d/90-nodewarden.conf")
+BOOT = Path("/etc/nodewarden/boot.conf")
 
 
 def nodewarden(*args: str) -> tuple[int, Any, str]:
@@ -31,12 +32,18 @@ def nodewarden(*args: str) -> tuple[int, Any, str]:
 
 def observe() -> dict[str, Any]:
     return {"probing": PROBING.read_text().strip(), "mtu0": MTU0.read_text().strip(),
-            "mtu1": MTU1.read_text().strip(), "conf": CONF.read_text() if CONF.exists() else None}
+            "mtu1": MTU1.read_text().strip(), "conf": CONF.read_text() if CONF.exists() else None,
+            "boot": BOOT.read_text() if BOOT.exists() else None, "etc_nodewarden": BOOT.parent.exists()}
 
 
 def main() -> None:
-    config, state = sys.argv[1], sys.argv[2]
-    subprocess.run(["mount", "-t", "tmpfs", "nodewarden-test", "/etc/sysctl.d"], check=True)
+    config, state, scratch = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    scratch.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "nodewarden-test", str(scratch)], check=True)
+    (scratch / "upper").mkdir()
+    (scratch / "work").mkdir()
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir=/etc,upperdir={scratch / 'upper'},workdir={scratch / 'work'}", "/etc"], check=True)
     common = ["--config", config, "--profile", "nw-live", "--state-dir", state, "--format", "json"]
     fixable = ["--only", "sysctl:net.ipv4.*", "--only", "mtu:nwv0"]
     seen: dict[str, Any] = {"before": observe()}

@@ -115,6 +115,9 @@ def test_apply_fixes_verifies_and_is_idempotent(run_cli: RunCli, node: Path, tmp
     assert recorded.read_bytes("/sys/class/net/enp156s0np0/mtu") == b"9000\n"
     conf = (fs / "etc/sysctl.d/90-nodewarden.conf").read_text()
     assert conf.splitlines()[1:] == ["kernel.numa_balancing = 0", "net.core.rmem_max = 134217728"]
+    boot = (fs / "etc/nodewarden/boot.conf").read_text().splitlines()
+    assert sorted(line for line in boot if not line.startswith("#")) == [
+        "cpu.governor = performance", "mtu.enp156s0np0 = 9000", "thp.enabled = madvise"]
     assert audit_fails(run_cli, node, empty_config) == set()
 
     after_first = tree_state(node)
@@ -134,7 +137,7 @@ def test_rollback_restores_byte_identical_state(run_cli: RunCli, node: Path, tmp
                      "--format", "json")
     assert rolled.code == 0, rolled.stderr
     assert rolled.json()["run_id"] == result["run_id"] and rolled.json()["changed"] is True
-    assert tree_state(node) == original  # incl. the etc/sysctl.d directory the run created
+    assert tree_state(node) == original  # incl. etc/sysctl.d and etc/nodewarden, which the run created
     again = run_cli("rollback", "--last", "--snapshot", str(node), "--state-dir", str(state))
     assert again.code == 0 and "already rolled back" in again.stdout
     assert tree_state(node) == original

@@ -62,13 +62,15 @@ def test_live_sysctl_and_mtu_apply_verify_rollback(netns: str, tmp_path: Path) -
     config.write_text(f"profile_dirs: [{profiles}]\n")
     host_probing = Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text()
     host_conf = Path("/etc/sysctl.d/90-nodewarden.conf").exists()
+    host_etc_nodewarden = Path("/etc/nodewarden").exists()
     proc = subprocess.run(
         ["ip", "netns", "exec", netns, sys.executable, str(REPO / "tests" / "netns_remediate_driver.py"),
-         str(config), str(tmp_path / "state")],
+         str(config), str(tmp_path / "state"), str(tmp_path / "scratch")],
         capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     seen: dict[str, Any] = json.loads(proc.stdout)
-    assert seen["before"] == {"probing": "0", "mtu0": "1500", "mtu1": "1500", "conf": None}
+    assert seen["before"] == {"probing": "0", "mtu0": "1500", "mtu1": "1500", "conf": None, "boot": None,
+                              "etc_nodewarden": False}
 
     code, plan, err = seen["plan"]
     assert code == 0, err
@@ -80,6 +82,7 @@ def test_live_sysctl_and_mtu_apply_verify_rollback(netns: str, tmp_path: Path) -
     assert all(a["status"] == "applied" and a["verified"] for a in applied["actions"])
     assert seen["after"]["probing"] == "1" and seen["after"]["mtu0"] == "9000"
     assert seen["after"]["conf"].splitlines()[1:] == ["net.ipv4.tcp_mtu_probing = 1"]
+    assert seen["after"]["boot"].splitlines()[2:] == ["mtu.nwv0 = 9000"]
     assert seen["again"][1]["changed"] is False and seen["again"][1]["actions"] == []
 
     code, too_big, _ = seen["too_big"]
@@ -93,3 +96,4 @@ def test_live_sysctl_and_mtu_apply_verify_rollback(netns: str, tmp_path: Path) -
     # The host never saw any of it.
     assert Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text() == host_probing
     assert Path("/etc/sysctl.d/90-nodewarden.conf").exists() == host_conf
+    assert Path("/etc/nodewarden").exists() == host_etc_nodewarden

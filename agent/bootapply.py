@@ -1,0 +1,66 @@
+"""`nodewarden apply-boot`: replay /etc/nodewarden/boot.conf early at boot.
+
+Runtime-only tunables (THP, MTU, CPU governor) do not survive a reboot;
+remediate records the values it applied in boot.conf (journaled, so
+rollback removes them) and nodewarden-apply.service replays them here.
+Every key is validated and mapped to its own sysfs file; a missing
+interface or a value the kernel rejects is reported and the rest continue.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from remediations._boot import BOOT_CONF, boot_settings
+
+_CPU_RE = re.compile(r"^cpu\d+$")
+
+
+@dataclass
+class BootApplyResult:
+    applied: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.problems else 0
+
+
+def _real(root: str, path: str) -> str:
+    return path if root == "/" else os.path.join(root, path.lstrip("/"))
+
+
+def _write(real: str, value: str) -> None:
+    # O_TRUNC is ignored by sysfs and makes a plain file (tests, chroots) hold just the value.
+    fd = os.open(real, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def apply_boot(root: str = "/") -> BootApplyResult:
+    result = BootApplyResult()
+    try:
+        with open(_real(root, BOOT_CONF), encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return result  # nothing was ever persisted
+    settings, result.problems = boot_settings(text)
+    for setting in settings:
+        paths = [setting.path]
+        if "*" in setting.path:  # cpu.governor: every CPU with cpufreq
+            cpu_dir = "/sys/devices/system/cpu"
+            cpus = sorted(n for n in os.listdir(_real(root, cpu_dir)) if _CPU_RE.match(n))
+            paths = [f"{cpu_dir}/{n}/cpufreq/scaling_governor" for n in cpus
+                     if os.path.exists(_real(root, f"{cpu_dir}/{n}/cpufreq/scaling_governor"))]
+        try:
+            for path in paths:
+                _write(_real(root, path), setting.value)
+        except OSError as exc:
+            result.problems.append(f"{setting.key} = {setting.value}: {os.strerror(exc.errno or 0)} ({path})")
+            continue
+        result.applied.append(f"{setting.key} = {setting.value}")
+    return result
