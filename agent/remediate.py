@@ -25,7 +25,7 @@ from agent.journal import RunJournal, StateDir, b64, new_run_id, unb64
 from agent.model import Status
 from agent.profiles import ProfileStore
 from checks import all_checks
-from remediations import Action, ActionClass, AttrWrite, FileEdit, HostTarget, Outcome, planners
+from remediations import Action, ActionClass, AttrWrite, Change, HostTarget, NvmlSet, Outcome, planners
 from remediations._target import LiveTarget, SnapshotTarget
 
 REMEDIATION_SCHEMA = "nodewarden.remediation/v1"
@@ -108,6 +108,7 @@ class _Context:
     def __init__(self, profile: Any, target: HostTarget) -> None:
         self.profile = profile
         self.target = target
+        self.cache: dict[str, Any] = {}
 
 
 def open_target(request: AuditRequest, writable: bool) -> HostTarget:
@@ -171,7 +172,21 @@ def plan(request: RemediationRequest, target: HostTarget,
     return report, actions
 
 
-def _before_state(target: HostTarget, change: AttrWrite | FileEdit) -> dict[str, Any]:
+def _nvml_call(target: HostTarget, change: NvmlSet, name: str, *args: Any) -> Any:
+    nvml = target.nvml()
+    if nvml is None:
+        raise ValueError("NVML is not available")
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(change.index)
+        return getattr(nvml, name)(handle, *args)
+    except Exception as exc:  # NVMLError, deadline: one message, no traceback
+        raise ValueError(f"{name} on GPU {change.index}: {exc}") from exc
+
+
+def _before_state(target: HostTarget, change: Change) -> dict[str, Any]:
+    if isinstance(change, NvmlSet):
+        return {"kind": "nvml", "path": change.path, "index": change.index, "setter": change.setter,
+                "value": _nvml_call(target, change, change.getter), "raw": b64(target.nvml_raw())}
     raw = target.read(change.path)
     if isinstance(change, AttrWrite):
         if raw is None:
@@ -187,8 +202,11 @@ def _before_state(target: HostTarget, change: AttrWrite | FileEdit) -> dict[str,
             "created_dirs": missing}
 
 
-def _apply_change(target: HostTarget, change: AttrWrite | FileEdit) -> None:
-    if isinstance(change, AttrWrite):
+def _apply_change(target: HostTarget, change: Change) -> None:
+    if isinstance(change, NvmlSet):
+        _nvml_call(target, change, change.setter, change.value)
+        target.nvml_commit()
+    elif isinstance(change, AttrWrite):
         target.write_attr(change.path, change.value, change.shown)
     else:
         target.write_file(change.path, change.edit(target.read(change.path)), change.mode)
@@ -199,7 +217,15 @@ def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
     ok = True
     values = []
     for change in action.changes:
-        if isinstance(change, AttrWrite):
+        if isinstance(change, NvmlSet):
+            try:
+                value: Any = change.parse(_nvml_call(target, change, change.getter))
+            except ValueError:
+                value = None
+            values.append(value)
+            if value is None or (action.expectation is not None and not action.expectation.evaluate(value).ok):
+                ok = False
+        elif isinstance(change, AttrWrite):
             raw = target.read(change.path)
             value = None if raw is None else change.parse(raw)
             values.append(value)
@@ -280,7 +306,14 @@ class RollbackResult:
 
 def _restore(target: HostTarget, state: dict[str, Any]) -> None:
     path = str(state["path"])
-    if state["kind"] == "attr":
+    if state["kind"] == "nvml":
+        raw_nvml = unb64(state.get("raw"))
+        if raw_nvml is not None and not target.live:
+            target.nvml_restore_raw(raw_nvml)  # byte-exact for a recording
+        else:
+            change = NvmlSet(int(state["index"]), "", str(state["setter"]), state["value"], str)
+            _nvml_call(target, change, change.setter, change.value)
+    elif state["kind"] == "attr":
         raw = unb64(state["raw"])
         assert raw is not None
         target.restore_attr(path, raw, str(state["value"]))

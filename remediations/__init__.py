@@ -67,7 +67,22 @@ class FileEdit:
     mode: int = 0o644
 
 
-Change = AttrWrite | FileEdit
+@dataclass(frozen=True)
+class NvmlSet:
+    """Call an NVML setter on one GPU: `setter(handle, value)`, read back with `getter(handle)`."""
+
+    index: int
+    getter: str
+    setter: str
+    value: int
+    parse: Callable[[Any], str] = field(repr=False, compare=False)
+
+    @property
+    def path(self) -> str:  # what the journal and rollback output call it
+        return f"nvml:gpu{self.index}:{self.setter}"
+
+
+Change = AttrWrite | FileEdit | NvmlSet
 
 
 @dataclass
@@ -125,6 +140,17 @@ class HostTarget(Protocol):
 
     def listdir(self, path: str) -> list[str]: ...
 
+    def nvml(self) -> Any:
+        """A pynvml-like object (live binding or the recording), initialised; None without NVML."""
+
+    def nvml_commit(self) -> None:
+        """Make NVML writes durable (rewrites a snapshot's nvml.json; nothing live)."""
+
+    def nvml_raw(self) -> bytes | None:
+        """The recording's bytes before a write (snapshot), None live."""
+
+    def nvml_restore_raw(self, raw: bytes) -> None: ...
+
     def is_dir(self, path: str) -> bool: ...
 
     def remove_empty_dir(self, path: str) -> None: ...
@@ -133,6 +159,7 @@ class HostTarget(Protocol):
 class PlanContext(Protocol):
     profile: Profile
     target: HostTarget
+    cache: dict[str, Any]  # per plan: e.g. the NVML facts read once for all GPU findings
 
 
 Planner = Callable[[Finding, PlanContext], list[Action]]

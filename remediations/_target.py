@@ -7,9 +7,11 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agent.errors import SnapshotError
 from agent.sources.fsroot import FsRoot, LiveFs, SnapshotFs
+from agent.sources.nvml import RecordedNvml, call_with_deadline, load_live_nvml
 
 
 def _check_path(path: str) -> None:
@@ -66,6 +68,25 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+NVML_TIMEOUT_S = 10.0
+
+
+class _BoundedNvml:
+    """The live binding with every call under a deadline (a hung GPU must not hang remediate)."""
+
+    def __init__(self, binding: Any) -> None:
+        self._binding = binding
+
+    def nvmlShutdown(self) -> None:
+        return None  # readers shut down after reading; remediation still needs the library
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._binding, name)
+        if name.startswith("nvml") and callable(attr) and not isinstance(attr, type):
+            return lambda *args: call_with_deadline(lambda: attr(*args), NVML_TIMEOUT_S, name)
+        return attr
+
+
 class LiveTarget:
     """The machine itself (or a root directory, for tests of the file paths)."""
 
@@ -75,6 +96,26 @@ class LiveTarget:
         self.root = root
         self.description = "live" if root == "/" else f"live:{root}"
         self.fs: FsRoot = LiveFs(root)
+        self._nvml: Any = None
+
+    def nvml(self) -> Any:
+        if self._nvml is None:
+            try:
+                binding = load_live_nvml()
+                call_with_deadline(binding.nvmlInit, NVML_TIMEOUT_S, "nvmlInit")
+            except Exception:  # noqa: BLE001 - no library, no driver, hung: no NVML actions
+                return None
+            self._nvml = _BoundedNvml(binding)
+        return self._nvml
+
+    def nvml_commit(self) -> None:
+        return None
+
+    def nvml_raw(self) -> bytes | None:
+        return None
+
+    def nvml_restore_raw(self, raw: bytes) -> None:
+        raise ValueError("a live GPU is restored through its setter, not from bytes")
 
     def _real(self, path: str) -> str:
         _check_path(path)
@@ -133,6 +174,8 @@ class SnapshotTarget:
     def __init__(self, snapshot_dir: Path, writable: bool = True) -> None:
         self.snapshot_fs = SnapshotFs(snapshot_dir)
         self.fs: FsRoot = self.snapshot_fs
+        self._nvml_path = snapshot_dir / "nvml.json"
+        self._nvml: RecordedNvml | None = None
         self.description = f"snapshot:{snapshot_dir.resolve()}"
         if writable and not os.access(self.snapshot_fs.base, os.W_OK):
             raise SnapshotError("snapshot is read-only; copy it first with "
@@ -144,6 +187,23 @@ class SnapshotTarget:
         parent, _, name = path.rpartition("/")
         real_parent = self.snapshot_fs.resolve(parent) if parent else ""
         return os.path.join(self.snapshot_fs.base, real_parent, name)
+
+    def nvml(self) -> Any:
+        if self._nvml is None and self._nvml_path.is_file():
+            self._nvml = RecordedNvml.from_file(self._nvml_path)
+        return self._nvml
+
+    def nvml_commit(self) -> None:
+        if self._nvml is not None:
+            write_file_atomic(str(self._nvml_path), self._nvml.to_bytes(),
+                              stat.S_IMODE(os.stat(self._nvml_path).st_mode))
+
+    def nvml_raw(self) -> bytes | None:
+        return self._nvml_path.read_bytes() if self._nvml_path.is_file() else None
+
+    def nvml_restore_raw(self, raw: bytes) -> None:
+        write_file_atomic(str(self._nvml_path), raw, stat.S_IMODE(os.stat(self._nvml_path).st_mode))
+        self._nvml = None  # re-read on next use
 
     def read(self, path: str) -> bytes | None:
         try:

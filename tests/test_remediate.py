@@ -24,8 +24,10 @@ from agent.sources.fsroot import SnapshotFs
 from remediations.sysctl import set_conf_key
 from tests.conftest import RunCli
 
-DRIFTED_ACTIONS = {"cpu_governor:node", "sysctl:kernel.numa_balancing", "sysctl:net.core.rmem_max", "thp:enabled",
-                   "mtu:enp156s0np0"}
+HOST_ACTIONS = {"cpu_governor:node", "sysctl:kernel.numa_balancing", "sysctl:net.core.rmem_max", "thp:enabled",
+                "mtu:enp156s0np0"}
+GPU_ACTIONS = {f"gpu_persistence:gpu{i}" for i in range(7)} | {"gpu_power_limit:gpu2"}  # gpu7 fell off the bus
+DRIFTED_ACTIONS = HOST_ACTIONS | GPU_ACTIONS
 REMEDIABLE = ("host.sysctl", "host.numa.balancing", "host.thp.enabled", "host.thp.defrag", "host.cpu.governor",
               "net.mtu")
 
@@ -105,7 +107,8 @@ def test_apply_fixes_verifies_and_is_idempotent(run_cli: RunCli, node: Path, tmp
     assert {(f["check"], f["subject"], f["status"]) for f in result["findings"]} == {
         ("host.cpu.governor", "node", "fixed"), ("host.numa.balancing", "node", "fixed"),
         ("host.sysctl", "net.core.rmem_max", "fixed"), ("host.thp.enabled", "node", "fixed"),
-        ("net.mtu", "enp156s0np0", "fixed")}
+        ("net.mtu", "enp156s0np0", "fixed"), ("gpu.power.limit", "gpu2", "fixed"),
+        *{("gpu.persistence_mode", f"gpu{i}", "fixed") for i in range(7)}}
     fs = node / "fs"
     assert (fs / "proc/sys/net/core/rmem_max").read_text() == "134217728\n"
     assert (fs / "sys/kernel/mm/transparent_hugepage/enabled").read_text() == "always [madvise] never\n"

@@ -550,6 +550,7 @@ class RecordedNvml:
         self._source = source
         if data.get("format") != RECORD_FORMAT:
             raise SnapshotError(f"not a {RECORD_FORMAT} recording (format: {data.get('format')!r})", path=source)
+        self._data = data
         self._system: dict[str, Any] = data.get("system") or {}
         self._devices: list[dict[str, Any]] = data.get("devices") or []
         if not isinstance(self._system, dict) or not isinstance(self._devices, list) or not all(
@@ -573,6 +574,35 @@ class RecordedNvml:
         if name.startswith("nvml") and callable(attr) and not isinstance(attr, type):
             return lambda *args: self._replay(name, args)
         return attr  # constants, structures and exception classes are the real ones
+
+    def to_bytes(self) -> bytes:
+        """The recording as nvml.json bytes (the layout capture writes)."""
+        return (json.dumps(self._data, indent=2) + "\n").encode()
+
+    # Setters: the recorded device behaves as NVML would after the call, so
+    # remediation runs against a snapshot exactly as against a GPU.
+    def _set(self, handle: RecordedHandle, getter: str, value: Any, also: tuple[str, ...] = ()) -> None:
+        table = self._table(handle, getter)
+        current = table.get(getter)
+        if getter not in table:
+            raise self._not_recorded(getter)
+        if _is_error_record(current):
+            raise self._error(current["error"])
+        table[getter] = value
+        for key in also:  # values NVML derives from the one set
+            if key in table and not _is_error_record(table[key]):
+                table[key] = value
+
+    def nvmlDeviceSetPersistenceMode(self, handle: RecordedHandle, mode: int) -> None:
+        if mode not in (0, 1):
+            raise self._real.NVMLError(self._real.NVML_ERROR_INVALID_ARGUMENT)
+        self._set(handle, "nvmlDeviceGetPersistenceMode", mode)
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: RecordedHandle, limit: int) -> None:
+        low, high = self._devices[int(handle)].get("nvmlDeviceGetPowerManagementLimitConstraints") or (0, 0)
+        if not low <= limit <= high:
+            raise self._real.NVMLError(self._real.NVML_ERROR_INVALID_ARGUMENT)
+        self._set(handle, "nvmlDeviceGetPowerManagementLimit", limit, also=("nvmlDeviceGetEnforcedPowerLimit",))
 
     # NVML lifecycle calls succeed without a library.
     def nvmlInit(self) -> None:

@@ -1,0 +1,101 @@
+"""GPU actuators through NVML setters: persistence mode and power limit (both `safe`).
+
+The GPU is read with the audit's own NVML reader, so the values a relative
+expectation refers to ("@default_limit_w") are the ones the check used. A
+power limit outside the device's NVML constraints is refused at plan time.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agent.expect import Expectation
+from agent.facts import GpuFacts
+from agent.model import Finding, Unknown
+from agent.sources.nvml import read_nvml
+from remediations import Action, ActionClass, NvmlSet, PlanContext, actuator, refused, target_value
+
+_GPU_RE = re.compile(r"^gpu(\d{1,3})$")
+
+
+def _enabled(value: Any) -> str:
+    return "enabled" if int(value) == 1 else "disabled"
+
+
+def _watts(value: Any) -> str:
+    watts = int(value) / 1000
+    return f"{watts:g}"
+
+
+def _gpu(finding: Finding, ctx: PlanContext, action_id: str) -> GpuFacts | Action:
+    """The finding's GPU as the audit reads it, or a refused action saying why not."""
+    match = _GPU_RE.match(finding.subject)
+    if match is None:
+        return refused(action_id, finding, ActionClass.SAFE, finding.observed, f"not a GPU subject: {finding.subject}")
+    if "nvml" not in ctx.cache:
+        nvml = ctx.target.nvml()
+        ctx.cache["nvml"] = Unknown("NVML is not available") if nvml is None else read_nvml(nvml, initialized=True)[0]
+    facts = ctx.cache["nvml"]
+    if isinstance(facts, Unknown):
+        return refused(action_id, finding, ActionClass.SAFE, finding.observed, f"cannot read NVML: {facts.reason}")
+    index = int(match.group(1))
+    gpu: GpuFacts | None = next((g for g in facts.gpus if g.index == index), None)
+    if gpu is None or gpu.lost is not None:
+        return refused(action_id, finding, ActionClass.SAFE, finding.observed, f"GPU {index} is not readable")
+    return gpu
+
+
+@actuator("gpu_persistence")
+def plan_persistence(finding: Finding, ctx: PlanContext) -> list[Action]:
+    action_id = f"gpu_persistence:{finding.subject}"
+    expectation = ctx.profile.expectation("gpu", "persistence_mode")
+    gpu = _gpu(finding, ctx, action_id)
+    if isinstance(gpu, Action):
+        return [gpu]
+    value = target_value(expectation) if expectation else None
+    if expectation is None or value not in ("enabled", "disabled"):
+        return [refused(action_id, finding, ActionClass.SAFE, gpu.persistence_mode,
+                        "the profile names no persistence mode to set")]
+    if expectation.evaluate(gpu.persistence_mode).ok:
+        return []
+    return [Action(action_id, "gpu_persistence", ActionClass.SAFE, finding.subject, finding.check,
+                   gpu.persistence_mode, value, expectation=expectation,
+                   changes=(NvmlSet(gpu.index, "nvmlDeviceGetPersistenceMode", "nvmlDeviceSetPersistenceMode",
+                                    1 if value == "enabled" else 0, _enabled),))]
+
+
+@actuator("gpu_power_limit")
+def plan_power_limit(finding: Finding, ctx: PlanContext) -> list[Action]:
+    action_id = f"gpu_power_limit:{finding.subject}"
+    profile_expectation = ctx.profile.expectation("gpu", "power", "limit")
+    gpu = _gpu(finding, ctx, action_id)
+    if isinstance(gpu, Action):
+        return [gpu]
+    if profile_expectation is None:
+        return [refused(action_id, finding, ActionClass.SAFE, gpu.power_limit_w, "not in the profile")]
+    expectation = profile_expectation.resolve(gpu._asdict())
+    if not isinstance(expectation, Expectation):
+        return [refused(action_id, finding, ActionClass.SAFE, gpu.power_limit_w, expectation)]
+    value = target_value(expectation)
+    if value is None:
+        return [refused(action_id, finding, ActionClass.SAFE, gpu.power_limit_w,
+                        f"the profile allows {expectation.describe()} but names no single limit to set")]
+    if expectation.evaluate(gpu.power_limit_w).ok:
+        return []
+    milliwatts = round(float(value) * 1000)
+    nvml = ctx.target.nvml()
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(gpu.index)
+        low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+    except Exception as exc:  # noqa: BLE001 - NVMLError or deadline: refuse with the reason
+        return [refused(action_id, finding, ActionClass.SAFE, gpu.power_limit_w,
+                        f"cannot read the power limit constraints: {exc}")]
+    if not int(low) <= milliwatts <= int(high):
+        return [refused(action_id, finding, ActionClass.SAFE, gpu.power_limit_w,
+                        f"{float(value):g} W is outside GPU {gpu.index}'s limits "
+                        f"[{int(low) / 1000:g}, {int(high) / 1000:g}] W")]
+    return [Action(action_id, "gpu_power_limit", ActionClass.SAFE, finding.subject, finding.check,
+                   gpu.power_limit_w, float(value), expectation=expectation,
+                   changes=(NvmlSet(gpu.index, "nvmlDeviceGetPowerManagementLimit",
+                                    "nvmlDeviceSetPowerManagementLimit", milliwatts, _watts),))]

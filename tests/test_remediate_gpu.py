@@ -1,0 +1,111 @@
+"""GPU actuators (NVML setters) on a recorded node: plan, apply, verify, rollback; the setter contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from agent.cli import cli
+from agent.config import Config
+from agent.engine import AuditRequest
+from agent.journal import StateDir
+from agent.remediate import RemediationRequest, apply, plan
+from remediations import Outcome
+from remediations._target import SnapshotTarget
+from tests.conftest import RunCli
+from tests.test_contract_pynvml import SignatureSpy
+
+GPU_ACTIONS = {f"gpu_persistence:gpu{i}" for i in range(7)} | {"gpu_power_limit:gpu2"}
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("gpu-captured") / "node"
+    result = CliRunner().invoke(cli, ["snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+@pytest.fixture
+def node(tmp_path: Path, captured: Path) -> Path:
+    return Path(shutil.copytree(captured, tmp_path / "node", symlinks=True, copy_function=os.link))
+
+
+def remediate(run_cli: RunCli, node: Path, state: Path, config: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    result = run_cli("remediate", "--snapshot", str(node), "--state-dir", str(state), "--config", str(config),
+                     "--format", "json", "--only", "gpu*", *args)
+    return result.code, result.json()
+
+
+def test_gpu_plan_apply_verify_rollback(run_cli: RunCli, node: Path, tmp_path: Path, empty_config: Path) -> None:
+    state = tmp_path / "state"
+    original = (node / "nvml.json").read_bytes()
+    code, planned = remediate(run_cli, node, state, empty_config)
+    assert code == 0 and {a["id"] for a in planned["actions"]} == GPU_ACTIONS
+    power = next(a for a in planned["actions"] if a["id"] == "gpu_power_limit:gpu2")
+    assert (power["before"], power["after"], power["class"]) == (500.0, 700.0, "safe")
+    assert (node / "nvml.json").read_bytes() == original
+
+    code, applied = remediate(run_cli, node, state, empty_config, "--apply")
+    assert code == 0 and all(a["status"] == "applied" and a["verified"] for a in applied["actions"])
+    devices = json.loads((node / "nvml.json").read_text())["devices"]
+    assert [d["nvmlDeviceGetPersistenceMode"] for d in devices[:7]] == [1] * 7
+    assert devices[2]["nvmlDeviceGetPowerManagementLimit"] == devices[2]["nvmlDeviceGetEnforcedPowerLimit"] == 700000
+    audit = run_cli("audit", "--snapshot", str(node), "--config", str(empty_config), "--format", "json",
+                    "--only", "gpu.persistence_mode", "--only", "gpu.power.limit").json()
+    assert {f["subject"] for f in audit["findings"] if f["status"] in ("fail", "warn")} == set()
+
+    code, again = remediate(run_cli, node, state, empty_config, "--apply")
+    assert code == 0 and again["changed"] is False
+    rolled = run_cli("rollback", "--last", "--snapshot", str(node), "--state-dir", str(state))
+    assert rolled.code == 0, rolled.stderr
+    assert (node / "nvml.json").read_bytes() == original
+
+
+def test_power_limit_outside_constraints_is_refused(run_cli: RunCli, node: Path, tmp_path: Path,
+                                                   empty_config: Path) -> None:
+    data = json.loads((node / "nvml.json").read_text())
+    data["devices"][2]["nvmlDeviceGetPowerManagementLimitConstraints"] = [200000, 600000]
+    (node / "nvml.json").unlink()  # shares an inode with the module's capture
+    (node / "nvml.json").write_text(json.dumps(data, indent=2) + "\n")
+    before = (node / "nvml.json").read_bytes()
+    code, result = remediate(run_cli, node, tmp_path / "state", empty_config, "--apply",
+                             "--only", "gpu_power_limit:*")
+    assert code == 1
+    (action,) = [a for a in result["actions"] if a["id"] == "gpu_power_limit:gpu2"]
+    assert action["status"] == "refused"
+    assert action["reason"] == "700 W is outside GPU 2's limits [200, 600] W"
+    assert (node / "nvml.json").read_bytes() != before  # persistence actions still applied...
+    assert json.loads((node / "nvml.json").read_text())["devices"][2]["nvmlDeviceGetPowerManagementLimit"] == 500000
+
+
+class SpyTarget(SnapshotTarget):
+    """A snapshot target whose NVML calls are bound to the real pynvml signatures first."""
+
+    spy: SignatureSpy | None = None
+
+    def nvml(self) -> Any:
+        recorded = super().nvml()
+        if self.spy is None or self.spy.recorded is not recorded:
+            self.spy = SignatureSpy(recorded)
+        return self.spy
+
+
+def test_every_setter_call_binds_to_the_real_signature(node: Path, tmp_path: Path) -> None:
+    request = RemediationRequest(audit=AuditRequest(config=Config(), snapshot=node), apply=True, only=("gpu*",),
+                                 state_dir=tmp_path / "state")
+    target = SpyTarget(node)
+    _, actions = plan(request, target)
+    journal = StateDir(tmp_path / "state").create_run("20261129T000000Z-000000", {"target": target.description})
+    apply(request, target, actions, journal)
+    assert {a.outcome for a in actions} == {Outcome.APPLIED}
+    assert target.spy is not None
+    assert {"nvmlDeviceSetPersistenceMode", "nvmlDeviceSetPowerManagementLimit",
+            "nvmlDeviceGetPowerManagementLimitConstraints", "nvmlDeviceGetPersistenceMode",
+            "nvmlDeviceGetPowerManagementLimit"} <= target.spy.called
