@@ -13,7 +13,7 @@ from typing import Any
 from agent.expect import Expectation
 from agent.facts import GpuFacts
 from agent.model import Finding, Unknown
-from agent.sources.nvml import read_nvml
+from agent.sources.nvml import COMPUTE_MODES, read_nvml
 from remediations import Action, ActionClass, NvmlSet, PlanContext, actuator, refused, target_value
 
 _GPU_RE = re.compile(r"^gpu(\d{1,3})$")
@@ -21,6 +21,10 @@ _GPU_RE = re.compile(r"^gpu(\d{1,3})$")
 
 def _enabled(value: Any) -> str:
     return "enabled" if int(value) == 1 else "disabled"
+
+
+def _compute_mode(value: Any) -> str:
+    return COMPUTE_MODES.get(int(value), f"mode {value}")
 
 
 def _watts(value: Any) -> str:
@@ -99,3 +103,44 @@ def plan_power_limit(finding: Finding, ctx: PlanContext) -> list[Action]:
                    gpu.power_limit_w, float(value), expectation=expectation,
                    changes=(NvmlSet(gpu.index, "nvmlDeviceGetPowerManagementLimit",
                                     "nvmlDeviceSetPowerManagementLimit", milliwatts, _watts),))]
+
+
+def gpu_processes(ctx: PlanContext, index: int) -> list[int] | str:
+    """PIDs of compute and graphics processes on a GPU, or why they cannot be listed."""
+    nvml = ctx.target.nvml()
+    pids: list[int] = []
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            pids.extend(int(getattr(p, "pid", 0) if not isinstance(p, dict) else p.get("pid", 0))
+                        for p in getattr(nvml, getter)(handle))
+    except Exception as exc:  # noqa: BLE001 - unknown means "maybe busy": refuse
+        return f"cannot list the processes on GPU {index}: {exc}"
+    return sorted(set(pids))
+
+
+@actuator("gpu_compute_mode")
+def plan_compute_mode(finding: Finding, ctx: PlanContext) -> list[Action]:
+    """Compute mode is `disruptive`: running jobs may lose access, so it is refused while any run."""
+    action_id = f"gpu_compute_mode:{finding.subject}"
+    expectation = ctx.profile.expectation("gpu", "compute_mode")
+    gpu = _gpu(finding, ctx, action_id)
+    if isinstance(gpu, Action):
+        gpu.action_class = ActionClass.DISRUPTIVE
+        return [gpu]
+    value = target_value(expectation) if expectation else None
+    mode = next((m for m, name in COMPUTE_MODES.items() if name == value), None)
+    if expectation is None or mode is None:
+        return [refused(action_id, finding, ActionClass.DISRUPTIVE, gpu.compute_mode,
+                        f"the profile names no NVML compute mode ({', '.join(COMPUTE_MODES.values())})")]
+    if expectation.evaluate(gpu.compute_mode).ok:
+        return []
+    busy = gpu_processes(ctx, gpu.index)
+    if isinstance(busy, str) or busy:
+        why = busy if isinstance(busy, str) else f"processes {', '.join(map(str, busy))} are running on it"
+        return [refused(action_id, finding, ActionClass.DISRUPTIVE, gpu.compute_mode,
+                        f"{why}; drain the GPU first")]
+    return [Action(action_id, "gpu_compute_mode", ActionClass.DISRUPTIVE, finding.subject, finding.check,
+                   gpu.compute_mode, value, expectation=expectation,
+                   changes=(NvmlSet(gpu.index, "nvmlDeviceGetComputeMode", "nvmlDeviceSetComputeMode", mode,
+                                    _compute_mode),))]

@@ -39,7 +39,7 @@ def node(tmp_path: Path, captured: Path) -> Path:
 
 def remediate(run_cli: RunCli, node: Path, state: Path, config: Path, *args: str) -> tuple[int, dict[str, Any]]:
     result = run_cli("remediate", "--snapshot", str(node), "--state-dir", str(state), "--config", str(config),
-                     "--format", "json", "--only", "gpu*", *args)
+                     "--format", "json", *(() if "--only" in args else ("--only", "gpu*")), *args)
     return result.code, result.json()
 
 
@@ -81,8 +81,7 @@ def test_power_limit_outside_constraints_is_refused(run_cli: RunCli, node: Path,
     (action,) = [a for a in result["actions"] if a["id"] == "gpu_power_limit:gpu2"]
     assert action["status"] == "refused"
     assert action["reason"] == "700 W is outside GPU 2's limits [200, 600] W"
-    assert (node / "nvml.json").read_bytes() != before  # persistence actions still applied...
-    assert json.loads((node / "nvml.json").read_text())["devices"][2]["nvmlDeviceGetPowerManagementLimit"] == 500000
+    assert (node / "nvml.json").read_bytes() == before  # nothing partially applied
 
 
 class SpyTarget(SnapshotTarget):
@@ -109,3 +108,51 @@ def test_every_setter_call_binds_to_the_real_signature(node: Path, tmp_path: Pat
     assert {"nvmlDeviceSetPersistenceMode", "nvmlDeviceSetPowerManagementLimit",
             "nvmlDeviceGetPowerManagementLimitConstraints", "nvmlDeviceGetPersistenceMode",
             "nvmlDeviceGetPowerManagementLimit"} <= target.spy.called
+
+
+def _set_gpu1(node: Path, **entries: Any) -> None:
+    data = json.loads((node / "nvml.json").read_text())
+    data["devices"][1].update(entries)
+    (node / "nvml.json").unlink()  # shares an inode with the module's capture
+    (node / "nvml.json").write_text(json.dumps(data, indent=2) + "\n")
+
+
+IDLE = {"nvmlDeviceGetComputeMode": 3, "nvmlDeviceGetComputeRunningProcesses": [],
+        "nvmlDeviceGetGraphicsRunningProcesses": []}
+
+
+def test_compute_mode_is_disruptive_and_needs_allow(run_cli: RunCli, node: Path, tmp_path: Path,
+                                                   empty_config: Path) -> None:
+    _set_gpu1(node, **IDLE)
+    state = tmp_path / "state"
+    code, result = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_compute_mode:*")
+    (action,) = result["actions"]
+    assert code == 0 and result["changed"] is False
+    assert (action["status"], action["class"], action["before"], action["after"]) == (
+        "not_allowed", "disruptive", "Exclusive_Process", "Default")
+    assert "--allow disruptive" in action["reason"]
+    code, result = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_compute_mode:*",
+                             "--allow", "disruptive")
+    (action,) = result["actions"]
+    assert code == 0 and action["status"] == "applied" and action["verified"] is True
+    assert json.loads((node / "nvml.json").read_text())["devices"][1]["nvmlDeviceGetComputeMode"] == 0
+
+
+@pytest.mark.parametrize("processes,reason", [
+    ({"nvmlDeviceGetComputeRunningProcesses": [{"pid": 4242, "usedGpuMemory": 1 << 30}]},
+     "processes 4242 are running on it; drain the GPU first"),
+    ({"nvmlDeviceGetComputeRunningProcesses": None}, "cannot list the processes on GPU 1"),
+])
+def test_compute_mode_is_refused_while_the_gpu_may_be_busy(run_cli: RunCli, node: Path, tmp_path: Path,
+                                                          empty_config: Path, processes: dict[str, Any],
+                                                          reason: str) -> None:
+    entries = {**IDLE, **processes}
+    if entries["nvmlDeviceGetComputeRunningProcesses"] is None:
+        del entries["nvmlDeviceGetComputeRunningProcesses"]  # not recorded: maybe busy
+    _set_gpu1(node, **entries)
+    before = (node / "nvml.json").read_bytes()
+    code, result = remediate(run_cli, node, tmp_path / "state", empty_config, "--apply",
+                             "--only", "gpu_compute_mode:*", "--allow", "disruptive")
+    (action,) = result["actions"]
+    assert code == 1 and action["status"] == "refused" and reason in action["reason"]
+    assert (node / "nvml.json").read_bytes() == before

@@ -604,6 +604,11 @@ class RecordedNvml:
             raise self._real.NVMLError(self._real.NVML_ERROR_INVALID_ARGUMENT)
         self._set(handle, "nvmlDeviceGetPowerManagementLimit", limit, also=("nvmlDeviceGetEnforcedPowerLimit",))
 
+    def nvmlDeviceSetComputeMode(self, handle: RecordedHandle, mode: int) -> None:
+        if mode not in COMPUTE_MODES:
+            raise self._real.NVMLError(self._real.NVML_ERROR_INVALID_ARGUMENT)
+        self._set(handle, "nvmlDeviceGetComputeMode", mode)
+
     # NVML lifecycle calls succeed without a library.
     def nvmlInit(self) -> None:
         return None
