@@ -285,7 +285,9 @@ def remediate(request: RemediationRequest, store: ProfileStore | None = None) ->
         result.run_id = run_id
         apply(request, target, actions, journal)
         journal.append({"phase": "finished"})
-    fixed = {(a.finding, a.finding_subject) for a in actions if a.outcome is Outcome.APPLIED}
+    # A reboot-class change is staged, not fixed: its finding stays until the reboot.
+    fixed = {(a.finding, a.finding_subject) for a in actions
+             if a.outcome is Outcome.APPLIED and a.action_class is not ActionClass.REBOOT}
     for finding in report.findings:
         if (finding.check, finding.subject) in fixed:
             result.findings.append({**finding.to_json(), "status": Status.FIXED.value})

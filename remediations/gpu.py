@@ -144,3 +144,28 @@ def plan_compute_mode(finding: Finding, ctx: PlanContext) -> list[Action]:
                    gpu.compute_mode, value, expectation=expectation,
                    changes=(NvmlSet(gpu.index, "nvmlDeviceGetComputeMode", "nvmlDeviceSetComputeMode", mode,
                                     _compute_mode),))]
+
+
+def _pending_ecc(value: Any) -> str:
+    return _enabled(value[1])  # nvmlDeviceGetEccMode -> (current, pending)
+
+
+@actuator("gpu_ecc")
+def plan_ecc(finding: Finding, ctx: PlanContext) -> list[Action]:
+    """ECC is `reboot` class: NVML stages the mode; it takes effect at the next GPU reset or reboot."""
+    action_id = f"gpu_ecc:{finding.subject}"
+    expectation = ctx.profile.expectation("gpu", "ecc", "mode")
+    gpu = _gpu(finding, ctx, action_id)
+    if isinstance(gpu, Action):
+        gpu.action_class = ActionClass.REBOOT
+        return [gpu]
+    value = target_value(expectation) if expectation else None
+    if expectation is None or value not in ("enabled", "disabled"):
+        return [refused(action_id, finding, ActionClass.REBOOT, gpu.ecc_mode, "the profile names no ECC mode")]
+    if expectation.evaluate(gpu.ecc_mode).ok or gpu.ecc_pending == value:
+        return []  # already right, or already staged: the audit reports "reboot to apply"
+    return [Action(action_id, "gpu_ecc", ActionClass.REBOOT, finding.subject, finding.check,
+                   gpu.ecc_mode, value, expectation=expectation,
+                   notes=["staged: takes effect after a GPU reset or reboot"],
+                   changes=(NvmlSet(gpu.index, "nvmlDeviceGetEccMode", "nvmlDeviceSetEccMode",
+                                    1 if value == "enabled" else 0, _pending_ecc),))]

@@ -156,3 +156,29 @@ def test_compute_mode_is_refused_while_the_gpu_may_be_busy(run_cli: RunCli, node
     (action,) = result["actions"]
     assert code == 1 and action["status"] == "refused" and reason in action["reason"]
     assert (node / "nvml.json").read_bytes() == before
+
+
+def test_ecc_is_staged_as_a_reboot_class_change(run_cli: RunCli, node: Path, tmp_path: Path,
+                                               empty_config: Path) -> None:
+    _set_gpu1(node, nvmlDeviceGetEccMode=[0, 0])
+    state = tmp_path / "state"
+    code, result = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_ecc:*")
+    (action,) = result["actions"]  # GPU 3's enable is already pending: nothing to stage there
+    assert code == 0 and (action["id"], action["status"], action["class"]) == ("gpu_ecc:gpu1", "not_allowed", "reboot")
+    assert result["reboot_required"] is False
+
+    code, result = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_ecc:*",
+                             "--allow", "reboot")
+    (action,) = result["actions"]
+    assert code == 0 and action["status"] == "applied" and action["verified"] is True
+    assert action["observed_after"] == "enabled" and result["reboot_required"] is True
+    assert result["findings"] == []  # staged, not fixed: the finding stays until the reboot
+    assert json.loads((node / "nvml.json").read_text())["devices"][1]["nvmlDeviceGetEccMode"] == [0, 1]
+    audit = run_cli("audit", "--snapshot", str(node), "--config", str(empty_config), "--format", "json",
+                    "--only", "gpu.ecc.mode").json()
+    gpu1 = next(f for f in audit["findings"] if f["subject"] == "gpu1")
+    assert gpu1["status"] == "warn" and "reboot" in gpu1["message"]  # the check sees the staged enable
+
+    code, again = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_ecc:*",
+                            "--allow", "reboot")
+    assert code == 0 and again["actions"] == [] and again["reboot_required"] is False

@@ -609,6 +609,15 @@ class RecordedNvml:
             raise self._real.NVMLError(self._real.NVML_ERROR_INVALID_ARGUMENT)
         self._set(handle, "nvmlDeviceGetComputeMode", mode)
 
+    def nvmlDeviceSetEccMode(self, handle: RecordedHandle, mode: int) -> None:
+        # NVML stages ECC: the pending half changes now, the current half at the next reset/reboot.
+        if mode not in (0, 1):
+            raise self._real.NVMLError(self._real.NVML_ERROR_INVALID_ARGUMENT)
+        current = self._table(handle, "nvmlDeviceGetEccMode").get("nvmlDeviceGetEccMode")
+        if not isinstance(current, list) or len(current) != 2:
+            raise self._not_recorded("nvmlDeviceGetEccMode")
+        self._set(handle, "nvmlDeviceGetEccMode", [current[0], mode])
+
     # NVML lifecycle calls succeed without a library.
     def nvmlInit(self) -> None:
         return None
