@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import NodewardenError
+from remediations._target import fsync_dir
 
 DEFAULT_STATE_DIR = Path("/var/lib/nodewarden")
 _RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
@@ -43,11 +44,7 @@ def new_run_id(now: dt.datetime | None = None) -> str:
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(str(path))
 
 
 def b64(data: bytes | None) -> str | None:

@@ -87,7 +87,40 @@ class _BoundedNvml:
         return attr
 
 
-class LiveTarget:
+class _RootedFiles:
+    """File operations shared by both targets; subclasses map a path to the real file."""
+
+    def _real(self, path: str) -> str:
+        raise NotImplementedError
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            with open(self._real(path), "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def write_file(self, path: str, data: bytes | None, mode: int) -> None:
+        real = self._real(path)
+        if data is None:
+            remove_file(real)
+        else:
+            write_file_atomic(real, data, mode)
+
+    def file_mode(self, path: str) -> int | None:
+        try:
+            return stat.S_IMODE(os.stat(self._real(path)).st_mode)
+        except FileNotFoundError:
+            return None
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(self._real(path))
+
+    def remove_empty_dir(self, path: str) -> None:
+        remove_empty_dir(self._real(path))
+
+
+class LiveTarget(_RootedFiles):
     """The machine itself (or a root directory, for tests of the file paths)."""
 
     live = True
@@ -121,13 +154,6 @@ class LiveTarget:
         _check_path(path)
         return path if self.root == "/" else os.path.join(self.root, path.lstrip("/"))
 
-    def read(self, path: str) -> bytes | None:
-        try:
-            with open(self._real(path), "rb") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
-
     def write_attr(self, path: str, value: str, shown: Callable[[bytes, str], bytes]) -> None:
         # Kernel attributes take the bare value in one write(); no temp file
         # or rename is possible in procfs/sysfs.
@@ -140,33 +166,15 @@ class LiveTarget:
     def restore_attr(self, path: str, raw: bytes, value: str) -> None:
         self.write_attr(path, value, lambda old, new: raw)
 
-    def write_file(self, path: str, data: bytes | None, mode: int) -> None:
-        real = self._real(path)
-        if data is None:
-            remove_file(real)
-        else:
-            write_file_atomic(real, data, mode)
-
-    def file_mode(self, path: str) -> int | None:
-        try:
-            return stat.S_IMODE(os.stat(self._real(path)).st_mode)
-        except FileNotFoundError:
-            return None
-
     def listdir(self, path: str) -> list[str]:
         try:
             return sorted(os.listdir(self._real(path)))
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def is_dir(self, path: str) -> bool:
-        return os.path.isdir(self._real(path))
-
-    def remove_empty_dir(self, path: str) -> None:
-        remove_empty_dir(self._real(path))
 
 
-class SnapshotTarget:
+class SnapshotTarget(_RootedFiles):
     """A snapshot's fs/ tree: kernel attributes are files showing what the kernel would."""
 
     live = False
@@ -205,13 +213,6 @@ class SnapshotTarget:
         write_file_atomic(str(self._nvml_path), raw, stat.S_IMODE(os.stat(self._nvml_path).st_mode))
         self._nvml = None  # re-read on next use
 
-    def read(self, path: str) -> bytes | None:
-        try:
-            with open(self._real(path), "rb") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
-
     def write_attr(self, path: str, value: str, shown: Callable[[bytes, str], bytes]) -> None:
         real = self._real(path)
         with open(real, "rb") as handle:  # an attribute must exist, as in sysfs
@@ -222,27 +223,9 @@ class SnapshotTarget:
         real = self._real(path)
         write_file_atomic(real, raw, stat.S_IMODE(os.stat(real).st_mode))
 
-    def write_file(self, path: str, data: bytes | None, mode: int) -> None:
-        real = self._real(path)
-        if data is None:
-            remove_file(real)
-        else:
-            write_file_atomic(real, data, mode)
-
-    def file_mode(self, path: str) -> int | None:
-        try:
-            return stat.S_IMODE(os.stat(self._real(path)).st_mode)
-        except FileNotFoundError:
-            return None
-
     def listdir(self, path: str) -> list[str]:
         try:
             return self.snapshot_fs.listdir(path)
         except OSError:
             return []
 
-    def is_dir(self, path: str) -> bool:
-        return os.path.isdir(self._real(path))
-
-    def remove_empty_dir(self, path: str) -> None:
-        remove_empty_dir(self._real(path))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,3 +48,19 @@ def empty_config(tmp_path: Path) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text("{}\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def drifted_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One writable copy of hgx-h100-drifted, made as operators make it (`snapshot capture --simulate`)."""
+    out = tmp_path_factory.mktemp("drifted-capture") / "node"
+    result = CliRunner().invoke(cli, ["snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+@pytest.fixture
+def drifted_copy(tmp_path: Path, drifted_capture: Path) -> Path:
+    """A per-test copy to remediate. Hard links keep the 10k-file copy cheap; safe because every
+    nodewarden write replaces a file by rename, and tests replace files (unlink, write) too."""
+    return Path(shutil.copytree(drifted_capture, tmp_path / "node", symlinks=True, copy_function=os.link))

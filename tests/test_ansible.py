@@ -10,34 +10,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from click.testing import CliRunner
 
-from agent.cli import cli
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
 PLAYBOOK_DIR = REPO / "ansible"
 
 
-@pytest.fixture(scope="module")
-def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ansible-captured") / "node"
-    result = CliRunner().invoke(cli, ["snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out)])
-    assert result.exit_code == 0, result.stderr
-    return out
-
-
 @pytest.fixture
-def node(tmp_path: Path, captured: Path) -> Path:
-    return Path(shutil.copytree(captured, tmp_path / "node", symlinks=True, copy_function=os.link))
-
+def node(drifted_copy: Path) -> Path:
+    return drifted_copy
 
 class Run(NamedTuple):
     rc: int

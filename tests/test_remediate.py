@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from agent.cli import cli
 from agent.journal import LockHeld, StateDir
 from agent.sources.fsroot import SnapshotFs
 from remediations.sysctl import set_conf_key
@@ -45,21 +43,9 @@ def tree_state(root: Path) -> dict[str, tuple[int, bytes | None]]:
     return state
 
 
-@pytest.fixture(scope="module")
-def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One writable copy made the way operators make it (`snapshot capture --simulate`)."""
-    out = tmp_path_factory.mktemp("captured") / "node"
-    result = CliRunner().invoke(cli, ["snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out)])
-    assert result.exit_code == 0, result.stderr
-    return out
-
-
 @pytest.fixture
-def node(tmp_path: Path, captured: Path) -> Path:
-    # Hard links make the 10k-file copy cheap. Safe because every nodewarden
-    # write replaces a file by rename; tests edit files only through `rewrite`.
-    return Path(shutil.copytree(captured, tmp_path / "node", symlinks=True, copy_function=os.link))
-
+def node(drifted_copy: Path) -> Path:
+    return drifted_copy
 
 def rewrite(path: Path, text: str) -> None:
     """Replace a file without touching the inode it may share with other copies."""

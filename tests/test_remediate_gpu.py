@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from agent.cli import cli
 from agent.config import Config
 from agent.engine import AuditRequest
 from agent.journal import StateDir
@@ -24,18 +20,9 @@ from tests.test_contract_pynvml import SignatureSpy
 GPU_ACTIONS = {f"gpu_persistence:gpu{i}" for i in range(7)} | {"gpu_power_limit:gpu2"}
 
 
-@pytest.fixture(scope="module")
-def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("gpu-captured") / "node"
-    result = CliRunner().invoke(cli, ["snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(out)])
-    assert result.exit_code == 0, result.stderr
-    return out
-
-
 @pytest.fixture
-def node(tmp_path: Path, captured: Path) -> Path:
-    return Path(shutil.copytree(captured, tmp_path / "node", symlinks=True, copy_function=os.link))
-
+def node(drifted_copy: Path) -> Path:
+    return drifted_copy
 
 def remediate(run_cli: RunCli, node: Path, state: Path, config: Path, *args: str) -> tuple[int, dict[str, Any]]:
     result = run_cli("remediate", "--snapshot", str(node), "--state-dir", str(state), "--config", str(config),
