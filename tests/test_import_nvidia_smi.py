@@ -141,8 +141,9 @@ def test_every_fixture_is_listed_in_sources_with_its_license() -> None:
         assert (REPO / "fixtures" / "LICENSES" / license_name).is_file(), rel
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="the project's reference data is not next to the checkout")
 def test_fixtures_are_byte_identical_to_the_reference_data() -> None:
+    # CI always has ../shared beside the checkout; without it this must fail, not pass unseen.
+    assert SHARED.is_dir(), f"the project's reference data is missing: {SHARED}"
     for rel in ALL_FIXTURES:
         assert (FIXTURES / rel).read_bytes() == (SHARED / rel).read_bytes(), rel
     for license_name in set(license_files().values()):
