@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import os
 import stat
 import tempfile
@@ -87,11 +88,12 @@ class _BoundedNvml:
         return attr
 
 
-class _RootedFiles:
+class _RootedFiles(abc.ABC):
     """File operations shared by both targets; subclasses map a path to the real file."""
 
+    @abc.abstractmethod
     def _real(self, path: str) -> str:
-        raise NotImplementedError
+        """The real file behind an absolute node path."""
 
     def read(self, path: str) -> bytes | None:
         try:

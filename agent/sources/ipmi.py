@@ -377,6 +377,9 @@ def _fetch_parts(cmd: Any, progress: _Progress, scrub: Callable[[str], str], ipm
             raw[part] = func()
         except ipmi_error as exc:
             raw[part] = {"error": _ipmi_text(exc, step, scrub)}
+        # pyghmi raises these (NotImplementedError included: SDR record types and
+        # OEM sensors it does not decode) on answers it cannot parse; one bad part
+        # must not lose the others.
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, NotImplementedError) as exc:
             raw[part] = {"error": scrub(f"{step}: unexpected answer ({type(exc).__name__}: {exc})")}
 
