@@ -3,6 +3,7 @@
 #
 #   ${PEERS_VENV_DIR:-<repo>/.peers}/sushy  sushy-tools  -> bin/sushy-static (read-only mockup server)
 #   ${PEERS_VENV_DIR:-<repo>/.peers}/mitm   mitmproxy    -> bin/mitmdump      (fault-injecting proxy)
+#   ${PEERS_VENV_DIR:-<repo>/.peers}/emulator sushy-tools -> bin/sushy-emulator (writable BIOS, libvirt test driver)
 #
 # Their dependencies (Flask, mitmproxy's pinned stack) never touch the project's venv;
 # tests/peers/redfish.py starts the console scripts from here by absolute path.
@@ -36,8 +37,28 @@ ensure() {
   echo "peers-redfish: $name: installed $spec in $(since "$t") s"
 }
 
+# ensure_emulator: sushy-emulator whose BIOS is writable. Its libvirt driver needs the libvirt
+# binding, taken from Debian (python3-libvirt, for /usr/bin/python3) instead of compiling
+# libvirt-python; libvirt's built-in test:///default driver needs no daemon.
+ensure_emulator() {
+  local venv=$DIR/emulator t
+  t=$(now)
+  if [ -x "$venv/bin/sushy-emulator" ]; then
+    echo "peers-redfish: emulator: present, skipping install ($(since "$t") s)"
+    return 0
+  fi
+  if ! /usr/bin/python3 -c 'import libvirt' 2>/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-libvirt >/dev/null
+  fi
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/python" -m pip install -q "$SUSHY_SPEC"
+  "$venv/bin/python" -c 'import libvirt; libvirt.open("test:///default").close()'
+  echo "peers-redfish: emulator: installed $SUSHY_SPEC with Debian's libvirt binding in $(since "$t") s"
+}
+
 start=$(now)
 mkdir -p "$DIR"
 ensure sushy sushy-static "$SUSHY_SPEC"
 ensure mitm mitmdump "$MITM_SPEC"
+ensure_emulator
 echo "peers-redfish: ready in $DIR (total $(since "$start") s)"

@@ -308,7 +308,8 @@ def rollback(simulate: str | None, snapshot: Path | None, config_path: Path | No
     if last == (run_id is not None):
         raise click.UsageError("give either RUN_ID or --last")
     config = _config(config_path)
-    result = run_rollback(AuditRequest(config=config, simulate=simulate, snapshot=snapshot), state_dir, run_id)
+    result = run_rollback(AuditRequest(config=config, simulate=simulate, snapshot=snapshot,
+                                       bmc=_bmc_options(config, bmc)), state_dir, run_id)
     if fmt == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
     elif result.already:

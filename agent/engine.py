@@ -189,6 +189,7 @@ class Report:
     sources: dict[str, SourceStatus]
     findings: list[Finding]
     extra: dict[str, Any] = field(default_factory=dict)
+    facts: NodeFacts | None = field(default=None, repr=False, compare=False)  # for planners; not serialised
 
     def summary(self) -> dict[str, int]:
         counts = {s: 0 for s in ("pass", "warn", "fail", "unknown", "skip", "waived", "fixed")}
@@ -361,6 +362,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         duration_s=time.monotonic() - t0,
         sources=sources,
         findings=findings,
+        facts=facts,
     )
 
 

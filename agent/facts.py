@@ -368,6 +368,20 @@ class BmcLeakDetector(NamedTuple):
     where: str = ""
 
 
+class BiosSettings(NamedTuple):
+    """Where a BMC takes BIOS changes: the `@Redfish.Settings` object of the Bios resource.
+
+    `pending` is what the settings object holds now: on iDRAC only the staged
+    changes, on iLO and others the full set the next boot will use.
+    """
+
+    bios_path: str
+    settings_path: str
+    apply_times: tuple[str, ...] = ()  # SupportedApplyTimes, e.g. OnReset
+    pending: Maybe[dict[str, Any]] = NOT_READ
+    etag: str | None = None  # of the settings object, for If-Match
+
+
 class FirmwareItem(NamedTuple):
     """One entry of the firmware inventory (or what IPMI reports for the BMC)."""
 
@@ -435,6 +449,7 @@ class BmcFacts(NamedTuple):
     leak_detectors: Maybe[tuple[BmcLeakDetector, ...]] = NOT_READ
     power_consumed_w: Maybe[float] = NOT_READ
     bios_attributes: Maybe[dict[str, Any]] = NOT_READ
+    bios_settings: Maybe[BiosSettings] = NOT_READ  # Unsupported: the BMC takes no BIOS changes over Redfish
     events: Maybe[tuple[BmcLogEntry, ...]] = NOT_READ
     gpus: Maybe[tuple[BmcGpu, ...]] = NOT_READ
     switches: Maybe[tuple[BmcSwitch, ...]] = NOT_READ

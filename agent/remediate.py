@@ -21,11 +21,24 @@ from typing import Any
 
 from agent.engine import AuditRequest, Report, open_node, run_audit
 from agent.errors import ConfigError, NodewardenError
+from agent.facts import NodeFacts
 from agent.journal import RunJournal, StateDir, b64, new_run_id, unb64
 from agent.model import Status
 from agent.profiles import ProfileStore
+from agent.sources.redfish import RedfishError
 from checks import all_checks
-from remediations import Action, ActionClass, AttrWrite, Change, HostTarget, NvmlSet, Outcome, planners
+from remediations import (
+    Action,
+    ActionClass,
+    AttrWrite,
+    BmcWriter,
+    Change,
+    HostTarget,
+    NvmlSet,
+    Outcome,
+    RedfishPatch,
+    planners,
+)
 from remediations._target import LiveTarget, SnapshotTarget
 
 REMEDIATION_SCHEMA = "nodewarden.remediation/v1"
@@ -105,9 +118,10 @@ class RemediationResult:
 
 
 class _Context:
-    def __init__(self, profile: Any, target: HostTarget) -> None:
+    def __init__(self, profile: Any, target: HostTarget, facts: NodeFacts | None) -> None:
         self.profile = profile
         self.target = target
+        self.facts = facts
         self.cache: dict[str, Any] = {}
 
 
@@ -124,7 +138,7 @@ def open_target(request: AuditRequest, writable: bool) -> HostTarget:
         if not node.snapshot.has("host"):
             raise ConfigError("the snapshot holds no host data (fs/) to remediate", path=str(node.snapshot.path))
         return SnapshotTarget(node.snapshot.path, writable=writable)
-    return LiveTarget("/")
+    return LiveTarget("/", bmc_options=request.bmc if request.bmc.url else None)
 
 
 def _remediable_check_ids() -> tuple[str, ...]:
@@ -145,13 +159,18 @@ def plan(request: RemediationRequest, target: HostTarget,
     audit = dataclasses.replace(request.audit, only=_remediable_check_ids())
     report = run_audit(audit, store)
     profile = store.profile(report.profile)
-    context = _Context(profile, target)
+    context = _Context(profile, target, report.facts)
     table = planners()
     remediation_of = {c.id: c.remediation for c in all_checks()}
     actions: list[Action] = []
     seen: set[str] = set()
     for finding in report.findings:
-        if finding.status not in (Status.FAIL, Status.WARN, Status.UNKNOWN) or finding.waiver is not None:
+        if finding.waiver is not None:
+            continue
+        # A skipped finding reaches its actuator only when the check asks for it
+        # (a profile value this node cannot take: the plan must refuse it, not ignore it).
+        if finding.status not in (Status.FAIL, Status.WARN, Status.UNKNOWN) and not (
+                finding.status is Status.SKIP and finding.remediation):
             continue
         # An unknown finding (e.g. a sysctl the kernel lacks) goes to its actuator
         # too, which refuses it with the reason instead of silently skipping it.
@@ -183,7 +202,34 @@ def _nvml_call(target: HostTarget, change: NvmlSet, name: str, *args: Any) -> An
         raise ValueError(f"{name} on GPU {change.index}: {exc}") from exc
 
 
+def _bmc(target: HostTarget) -> BmcWriter:
+    writer = target.bmc()
+    if writer is None:
+        raise ValueError("no BMC to write to (pass --bmc URL)")
+    return writer
+
+
+def _redfish_get(writer: BmcWriter, path: str, absent_ok: bool = False) -> dict[str, Any]:
+    try:
+        return writer.get(path)
+    except RedfishError as exc:
+        if absent_ok and exc.status == 404:
+            return {}
+        raise ValueError(str(exc)) from None
+
+
+def _bios_effective(writer: BmcWriter, change: RedfishPatch) -> dict[str, Any]:
+    """Each attribute's value after the next boot: pending if staged, else current."""
+    current = _redfish_get(writer, change.bios_path).get("Attributes") or {}
+    pending = _redfish_get(writer, change.settings_path, absent_ok=True).get("Attributes") or {}
+    return {name: pending.get(name, current.get(name)) for name, _value in change.attributes}
+
+
 def _before_state(target: HostTarget, change: Change) -> dict[str, Any]:
+    if isinstance(change, RedfishPatch):
+        writer = _bmc(target)
+        return {"kind": "redfish", "path": change.path, "settings_path": change.settings_path,
+                "values": _bios_effective(writer, change), "raw": b64(writer.raw(change.settings_path))}
     if isinstance(change, NvmlSet):
         return {"kind": "nvml", "path": change.path, "index": change.index, "setter": change.setter,
                 "value": _nvml_call(target, change, change.getter), "raw": b64(target.nvml_raw())}
@@ -202,7 +248,18 @@ def _before_state(target: HostTarget, change: Change) -> dict[str, Any]:
             "created_dirs": missing}
 
 
-def _apply_change(target: HostTarget, change: Change) -> None:
+def _apply_change(target: HostTarget, change: Change) -> str | None:
+    """Write one change; returns a note for the operator (e.g. the BMC's job), if any."""
+    if isinstance(change, RedfishPatch):
+        body: dict[str, Any] = {"Attributes": dict(change.attributes)}
+        if change.apply_time:
+            body["@Redfish.SettingsApplyTime"] = {"ApplyTime": change.apply_time}
+        try:
+            result = _bmc(target).patch(change.settings_path, body, change.etag)
+        except RedfishError as exc:
+            raise ValueError(str(exc)) from None
+        location = getattr(result, "location", None)
+        return f"the BMC queued {location}" if location else None
     if isinstance(change, NvmlSet):
         _nvml_call(target, change, change.setter, change.value)
         target.nvml_commit()
@@ -210,6 +267,7 @@ def _apply_change(target: HostTarget, change: Change) -> None:
         target.write_attr(change.path, change.value, change.shown)
     else:
         target.write_file(change.path, change.edit(target.read(change.path)), change.mode)
+    return None
 
 
 def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
@@ -217,7 +275,14 @@ def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
     ok = True
     values = []
     for change in action.changes:
-        if isinstance(change, NvmlSet):
+        if isinstance(change, RedfishPatch):
+            try:
+                effective = _bios_effective(_bmc(target), change)
+            except ValueError as exc:
+                return False, f"cannot re-read the BIOS settings: {exc}"
+            values.append(effective)
+            ok = ok and all(effective.get(name) == value for name, value in change.attributes)
+        elif isinstance(change, NvmlSet):
             try:
                 value: Any = change.parse(_nvml_call(target, change, change.getter))
             except ValueError:
@@ -231,7 +296,9 @@ def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
             values.append(value)
             if value is None or (action.expectation is not None and not action.expectation.evaluate(value).ok):
                 ok = False
-    if values:
+    if len(values) == 1 and isinstance(values[0], dict):
+        observed = values[0]
+    elif values:
         distinct = sorted({str(v) for v in values})
         observed = distinct[0] if len(distinct) == 1 else distinct
     return ok, observed
@@ -253,7 +320,9 @@ def apply(request: RemediationRequest, target: HostTarget, actions: list[Action]
             for number, change in enumerate(action.changes):
                 if number == 1:
                     failpoint("mid-action")
-                _apply_change(target, change)
+                note = _apply_change(target, change)
+                if note:
+                    action.notes.append(note)
         except (OSError, ValueError) as exc:
             action.outcome, action.error = Outcome.FAILED, f"write failed: {exc}; `nodewarden rollback " \
                 f"{journal.run_id}` restores the prior state"
@@ -269,6 +338,13 @@ def apply(request: RemediationRequest, target: HostTarget, actions: list[Action]
 
 def remediate(request: RemediationRequest, store: ProfileStore | None = None) -> RemediationResult:
     target = open_target(request.audit, writable=request.apply)
+    try:
+        return _remediate(request, target, store)
+    finally:
+        target.close()
+
+
+def _remediate(request: RemediationRequest, target: HostTarget, store: ProfileStore | None) -> RemediationResult:
     state = StateDir(request.state_dir)
     if not request.apply:
         report, actions = plan(request, target, store)
@@ -308,7 +384,19 @@ class RollbackResult:
 
 def _restore(target: HostTarget, state: dict[str, Any]) -> None:
     path = str(state["path"])
-    if state["kind"] == "nvml":
+    if state["kind"] == "redfish":
+        writer = _bmc(target)
+        settings_path = str(state["settings_path"])
+        if not target.live:
+            writer.restore_raw(settings_path, unb64(state.get("raw")))  # byte-exact for a recording
+        else:
+            # A live BMC has no "un-PATCH": put every attribute back to the value the next boot
+            # would have used. A job the BMC queued for our PATCH is not deleted (vendor-specific).
+            try:
+                writer.patch(settings_path, {"Attributes": dict(state["values"])})
+            except RedfishError as exc:
+                raise ValueError(str(exc)) from None
+    elif state["kind"] == "nvml":
         raw_nvml = unb64(state.get("raw"))
         if raw_nvml is not None and not target.live:
             target.nvml_restore_raw(raw_nvml)  # byte-exact for a recording
@@ -328,7 +416,13 @@ def _restore(target: HostTarget, state: dict[str, Any]) -> None:
 
 def rollback(audit: AuditRequest, state_dir: Path, run_id: str | None) -> RollbackResult:
     target = open_target(audit, writable=True)
-    state = StateDir(state_dir)
+    try:
+        return _rollback(target, StateDir(state_dir), run_id)
+    finally:
+        target.close()
+
+
+def _rollback(target: HostTarget, state: StateDir, run_id: str | None) -> RollbackResult:
     with state.lock():
         run = state.open_run(run_id) if run_id else state.last_run(target.description)
         meta = run.meta()
@@ -340,7 +434,12 @@ def rollback(audit: AuditRequest, state_dir: Path, run_id: str | None) -> Rollba
         restored: list[str] = []
         for entry in reversed(run.before_states()):
             for item in reversed(entry["states"]):
-                _restore(target, item)
+                try:
+                    _restore(target, item)
+                except (OSError, ValueError) as exc:
+                    # Restoring is idempotent: fix the cause and run rollback again.
+                    raise RemediationError(f"cannot restore {item['path']}: {exc}; restored so far: "
+                                           f"{', '.join(restored) or 'nothing'}; run rollback again") from None
                 restored.append(str(item["path"]))
         run.mark_rolled_back(len(restored))
     return RollbackResult(run.run_id, target.description, restored)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.expect import Expectation
+from agent.facts import NodeFacts
 from agent.model import Finding
 from agent.profiles import Profile
 from agent.sources.fsroot import FsRoot
@@ -82,7 +83,41 @@ class NvmlSet:
         return f"nvml:gpu{self.index}:{self.setter}"
 
 
-Change = AttrWrite | FileEdit | NvmlSet
+@dataclass(frozen=True)
+class RedfishPatch:
+    """PATCH attributes into a BMC's `@Redfish.Settings` object (the BIOS applies them at the next boot).
+
+    `bios_path` is the current resource, read with the settings object to
+    know each attribute's effective value before the change.
+    """
+
+    bios_path: str
+    settings_path: str
+    attributes: tuple[tuple[str, Any], ...]
+    apply_time: str | None = None  # @Redfish.SettingsApplyTime, when the BMC lists it as supported
+    etag: str | None = None
+
+    @property
+    def path(self) -> str:
+        return f"redfish:{self.settings_path}"
+
+
+Change = AttrWrite | FileEdit | NvmlSet | RedfishPatch
+
+
+class BmcWriter(Protocol):
+    """The BMC as remediation sees it: reads, one PATCH, and (for a recording) the raw files."""
+
+    def get(self, path: str) -> dict[str, Any]:
+        """The resource, or RedfishError (404 when absent)."""
+
+    def patch(self, path: str, body: dict[str, Any], etag: str | None = None) -> Any:
+        """A PatchResult (status, location of a task or job)."""
+
+    def raw(self, path: str) -> bytes | None:
+        """A recording's bytes for the resource (None: absent, or a live BMC)."""
+
+    def restore_raw(self, path: str, raw: bytes | None) -> None: ...
 
 
 @dataclass
@@ -155,10 +190,17 @@ class HostTarget(Protocol):
 
     def remove_empty_dir(self, path: str) -> None: ...
 
+    def bmc(self) -> BmcWriter | None:
+        """The node's BMC over Redfish (live, or the snapshot's redfish/ tree); None when there is none."""
+
+    def close(self) -> None:
+        """Log out of the BMC, if we logged in."""
+
 
 class PlanContext(Protocol):
     profile: Profile
     target: HostTarget
+    facts: NodeFacts | None  # what the audit read (the planners' view of the BMC)
     cache: dict[str, Any]  # per plan: e.g. the NVML facts read once for all GPU findings
 
 

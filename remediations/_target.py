@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import json
 import os
 import stat
 import tempfile
@@ -10,9 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.credentials import BmcOptions
 from agent.errors import SnapshotError
 from agent.sources.fsroot import FsRoot, LiveFs, SnapshotFs
 from agent.sources.nvml import RecordedNvml, call_with_deadline, load_live_nvml
+from agent.sources.redfish import LiveRedfish, PatchResult, RecordedRedfish, RedfishError, valid_path
 
 
 def _check_path(path: str) -> None:
@@ -88,6 +91,86 @@ class _BoundedNvml:
         return attr
 
 
+class LiveBmcWriter:
+    """A live BMC: GETs and PATCHes through the audit's Redfish client (same TLS and credential rules)."""
+
+    def __init__(self, options: BmcOptions) -> None:
+        assert options.url is not None
+        self._client = LiveRedfish(options.url, options.user or "",
+                                   options.password.reveal() if options.password else "",
+                                   ca_file=options.ca_file, insecure=options.insecure, timeout_s=options.timeout_s)
+
+    def get(self, path: str) -> dict[str, Any]:
+        return self._client.get(path)
+
+    def patch(self, path: str, body: dict[str, Any], etag: str | None = None) -> PatchResult:
+        return self._client.patch(path, body, etag)
+
+    def raw(self, path: str) -> bytes | None:
+        return None
+
+    def restore_raw(self, path: str, raw: bytes | None) -> None:
+        raise ValueError("a live BMC is restored with a PATCH, not from bytes")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class RecordedBmcWriter:
+    """A snapshot's redfish/ tree: a PATCH to a settings object is merged into its index.json.
+
+    The current resource is left alone, as on a real BMC: the BIOS applies
+    the pending settings at the next boot.
+    """
+
+    def __init__(self, snapshot_dir: Path) -> None:
+        self._reader = RecordedRedfish(snapshot_dir)
+        self._base = snapshot_dir
+
+    def _file(self, path: str) -> Path:
+        return self._base / valid_path(path).lstrip("/") / "index.json"
+
+    def get(self, path: str) -> dict[str, Any]:
+        return self._reader.get(path)
+
+    def patch(self, path: str, body: dict[str, Any], etag: str | None = None) -> PatchResult:
+        clean = valid_path(path)
+        try:
+            current = self._reader.get(clean)
+        except RedfishError as exc:
+            if exc.status != 404:
+                raise
+            # iDRAC-style: the settings object lists only what is pending.
+            current = {"@odata.id": clean, "@odata.type": "#Bios.v1_2_1.Bios", "Id": clean.rsplit("/", 1)[-1],
+                       "Name": "BIOS Configuration Pending Settings", "Attributes": {}}
+        attributes = dict(current.get("Attributes") or {})
+        attributes.update(body.get("Attributes") or {})
+        updated = {**current, "Attributes": attributes}
+        if "@Redfish.SettingsApplyTime" in body:
+            updated["@Redfish.SettingsApplyTime"] = body["@Redfish.SettingsApplyTime"]
+        file = self._file(clean)
+        write_file_atomic(str(file), (json.dumps(updated, indent=4, sort_keys=True) + "\n").encode(),
+                          stat.S_IMODE(os.stat(file).st_mode) if file.exists() else 0o644)
+        return PatchResult(204, None)
+
+    def raw(self, path: str) -> bytes | None:
+        try:
+            return self._file(path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def restore_raw(self, path: str, raw: bytes | None) -> None:
+        file = self._file(path)
+        if raw is not None:
+            write_file_atomic(str(file), raw, stat.S_IMODE(os.stat(file).st_mode) if file.exists() else 0o644)
+            return
+        remove_file(str(file))
+        remove_empty_dir(str(file.parent))  # the directory our PATCH created, if nothing else is there
+
+    def close(self) -> None:
+        return None
+
+
 class _RootedFiles(abc.ABC):
     """File operations shared by both targets; subclasses map a path to the real file."""
 
@@ -127,11 +210,24 @@ class LiveTarget(_RootedFiles):
 
     live = True
 
-    def __init__(self, root: str = "/") -> None:
+    def __init__(self, root: str = "/", bmc_options: BmcOptions | None = None) -> None:
         self.root = root
         self.description = "live" if root == "/" else f"live:{root}"
         self.fs: FsRoot = LiveFs(root)
         self._nvml: Any = None
+        self._bmc_options = bmc_options
+        self._bmc: LiveBmcWriter | None = None
+
+    def bmc(self) -> LiveBmcWriter | None:
+        """Logs in on first use (a plan without BIOS actions never touches the BMC)."""
+        if self._bmc is None and self._bmc_options is not None and self._bmc_options.url:
+            self._bmc = LiveBmcWriter(self._bmc_options)
+        return self._bmc
+
+    def close(self) -> None:
+        if self._bmc is not None:
+            self._bmc.close()
+            self._bmc = None
 
     def nvml(self) -> Any:
         if self._nvml is None:
@@ -186,6 +282,7 @@ class SnapshotTarget(_RootedFiles):
         self.fs: FsRoot = self.snapshot_fs
         self._nvml_path = snapshot_dir / "nvml.json"
         self._nvml: RecordedNvml | None = None
+        self._redfish_dir = snapshot_dir / "redfish"
         self.description = f"snapshot:{snapshot_dir.resolve()}"
         if writable and not os.access(self.snapshot_fs.base, os.W_OK):
             raise SnapshotError("snapshot is read-only; copy it first with "
@@ -202,6 +299,12 @@ class SnapshotTarget(_RootedFiles):
         if self._nvml is None and self._nvml_path.is_file():
             self._nvml = RecordedNvml.from_file(self._nvml_path)
         return self._nvml
+
+    def bmc(self) -> RecordedBmcWriter | None:
+        return RecordedBmcWriter(self._redfish_dir.parent) if self._redfish_dir.is_dir() else None
+
+    def close(self) -> None:
+        return None
 
     def nvml_commit(self) -> None:
         if self._nvml is not None:

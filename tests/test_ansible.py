@@ -85,7 +85,11 @@ def test_check_mode_predicts_with_diff_and_touches_nothing(node: Path, tmp_path:
     assert out.rc == 0, out.stdout
     result = module_result(tmp_path)
     assert result["changed"] is True and result["run_id"] is None
-    assert {a["status"] for a in result["actions"]} == {"planned"}
+    by_status: dict[str, set[str]] = {}
+    for action in result["actions"]:
+        by_status.setdefault(action["status"], set()).add(action["id"])
+    assert by_status.pop("not_allowed") == {"bios_attribute:bios"}  # reboot class: needs allow: [reboot]
+    assert set(by_status) == {"planned"}
     assert "sysctl:net.core.rmem_max = \"4194304\"" in result["diff"]["before"]
     assert "sysctl:net.core.rmem_max = \"134217728\"" in result["diff"]["after"]
     assert tree_bytes(node) == before
@@ -159,8 +163,21 @@ def test_fleet_remediate_collects_results_and_skips_reboot(node: Path, tmp_path:
     assert out.rc == 0, out.stdout
     collected = json.loads((results / "localhost.json").read_text())
     assert collected["changed"] is True and collected["reboot_required"] is False
-    assert {a["status"] for a in collected["actions"]} == {"applied"}
+    statuses = {a["id"]: a["status"] for a in collected["actions"]}
+    assert statuses.pop("bios_attribute:bios") == "not_allowed"  # reboot class is not in the default [safe]
+    assert set(statuses.values()) == {"applied"}
     assert "skipping: [localhost]" in out.task_output("Reboot where a staged change needs it and the host allows it")
+
+    # Reboot class allowed on a host that may reboot: the BIOS change is staged and a reboot is due
+    # (skipped here only because a snapshot is no machine to reboot).
+    out = playbook(tmp_path, PLAYBOOK_DIR / "fleet-remediate.yml",
+                   extra={"nodewarden_snapshot": str(node), "nodewarden_results_dir": str(results),
+                          "nodewarden_state_dir": str(tmp_path / "st"), "nodewarden_allow": ["safe", "reboot"],
+                          "nodewarden_reboot_ok": True})
+    assert out.rc == 0, out.stdout
+    collected = json.loads((results / "localhost.json").read_text())
+    assert collected["reboot_required"] is True
+    assert [(a["id"], a["status"]) for a in collected["actions"]] == [("bios_attribute:bios", "applied")]
 
 
 def test_module_documentation_is_valid(tmp_path: Path) -> None:

@@ -71,8 +71,10 @@ def test_plan_lists_every_fix_and_writes_nothing(run_cli: RunCli, node: Path, tm
     code, plan = remediate(run_cli, node, tmp_path / "state", empty_config)
     assert code == 0
     assert plan["mode"] == "plan" and plan["changed"] is True and plan["run_id"] is None
-    assert {a["id"] for a in plan["actions"]} == DRIFTED_ACTIONS
-    assert all(a["status"] == "planned" and a["class"] == "safe" for a in plan["actions"])
+    statuses = {a["id"]: (a["status"], a["class"]) for a in plan["actions"]}
+    assert statuses.pop("bios_attribute:bios") == ("not_allowed", "reboot")  # needs --allow reboot
+    assert set(statuses) == DRIFTED_ACTIONS
+    assert set(statuses.values()) == {("planned", "safe")}
     rmem = next(a for a in plan["actions"] if a["id"] == "sysctl:net.core.rmem_max")
     assert (rmem["before"], rmem["after"], rmem["finding"]) == ("4194304", "134217728", "host.sysctl")
     governor = next(a for a in plan["actions"] if a["id"] == "cpu_governor:node")
@@ -89,7 +91,9 @@ def test_apply_fixes_verifies_and_is_idempotent(run_cli: RunCli, node: Path, tmp
         ("host.sysctl", "net.core.rmem_max"), ("host.thp.enabled", "node"), ("net.mtu", "enp156s0np0")}
     code, result = remediate(run_cli, node, state, empty_config, "--apply")
     assert code == 0 and result["changed"] is True and result["reboot_required"] is False
-    assert all(a["status"] == "applied" and a["applied"] and a["verified"] for a in result["actions"])
+    safe = [a for a in result["actions"] if a["class"] == "safe"]
+    assert {a["id"] for a in result["actions"]} - {a["id"] for a in safe} == {"bios_attribute:bios"}
+    assert all(a["status"] == "applied" and a["applied"] and a["verified"] for a in safe)
     assert {(f["check"], f["subject"], f["status"]) for f in result["findings"]} == {
         ("host.cpu.governor", "node", "fixed"), ("host.numa.balancing", "node", "fixed"),
         ("host.sysctl", "net.core.rmem_max", "fixed"), ("host.thp.enabled", "node", "fixed"),
@@ -111,7 +115,8 @@ def test_apply_fixes_verifies_and_is_idempotent(run_cli: RunCli, node: Path, tmp
 
     after_first = tree_state(node)
     code, again = remediate(run_cli, node, state, empty_config, "--apply")
-    assert code == 0 and again["changed"] is False and again["actions"] == [] and again["run_id"] is None
+    assert code == 0 and again["changed"] is False and again["run_id"] is None
+    assert [(a["id"], a["status"]) for a in again["actions"]] == [("bios_attribute:bios", "not_allowed")]
     assert tree_state(node) == after_first
     assert len(StateDir(state).runs()) == 1
 

@@ -26,14 +26,16 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from agent.errors import ConfigError
 from agent.facts import (
+    BiosSettings,
     BmcFacts,
     BmcFan,
     BmcGpu,
@@ -63,6 +65,11 @@ class RedfishError(Exception):
 
 class AuthFailed(RedfishError):
     """401/403: stop at once, retrying would lock the account."""
+
+
+class PatchResult(NamedTuple):
+    status: int
+    location: str | None  # a task or job monitor (iDRAC: /redfish/v1/Managers/iDRAC.Embedded.1/Jobs/JID_...)
 
 
 class Transport(Protocol):
@@ -115,8 +122,28 @@ class LiveRedfish:
             raise RedfishError(ROOT, _describe(exc)) from None
         self._login()
 
+    def _advertises_sessions(self) -> bool:
+        """Whether the (unauthenticated) service root offers a SessionService; True when unsure.
+
+        A service without one may answer a session login with 401 (sushy-emulator with auth
+        does), which must not be mistaken for wrong credentials.
+        """
+        try:
+            # The library's own root read (it keeps it for login, so this costs no extra request).
+            self._client.get_root_object()
+            response = self._client.root_resp
+            root = json.loads(response.text) if int(response.status) == 200 else None
+        except Exception:  # noqa: BLE001 - unreadable root: let the login attempt decide
+            return True
+        if not isinstance(root, dict):
+            return True
+        return bool(_link(root, "Links", "Sessions") or _link(root, "SessionService"))
+
     def _login(self) -> None:
         rest = self._rest
+        if not self._advertises_sessions():
+            self._basic_login()
+            return
         try:
             with warnings.catch_warnings():  # the library warns about BMCs without a Location header
                 warnings.simplefilter("ignore")
@@ -127,12 +154,15 @@ class LiveRedfish:
         except rest.InvalidCredentialsError:
             raise AuthFailed(f"{ROOT}/SessionService/Sessions", "authentication failed (HTTP 401)",
                              401) from None
-        except Exception:  # noqa: BLE001 - no session service (or a broken one): try basic auth
-            self.auth = "basic"
+        except Exception:  # noqa: BLE001, S110 - no session service (or a broken one): basic auth below
+            pass
+        self._basic_login()
+
+    def _basic_login(self) -> None:
+        self.auth = "basic"
         try:
             self._client.login(auth="basic")
-            self.auth = "basic"
-        except rest.InvalidCredentialsError:
+        except self._rest.InvalidCredentialsError:
             raise AuthFailed(ROOT, "authentication failed (HTTP 401)", 401) from None
         except Exception as exc:  # noqa: BLE001
             raise RedfishError(ROOT, f"login failed: {_describe(exc)}") from None
@@ -170,6 +200,25 @@ class LiveRedfish:
                 raise RedfishError(path, "the response is not a JSON object", status)
             return body
 
+    def patch(self, path: str, body: dict[str, Any], etag: str | None = None) -> PatchResult:
+        """One PATCH, never retried (it is not idempotent on every BMC: iDRAC queues a job per call)."""
+        clean = valid_path(path)
+        headers = {"Content-Type": "application/json"}
+        if etag:
+            headers["If-Match"] = etag  # iLO and newer iDRACs refuse a PATCH without it (HTTP 428)
+        with self._lock:
+            self.requests += 1
+        try:
+            response = self._client.patch(clean, body=body, headers=headers, timeout=self.timeout_s, max_retry=0)
+        except Exception as exc:  # noqa: BLE001 - connection errors, timeouts, resets
+            raise RedfishError(clean, _describe(exc)) from None
+        status = int(response.status)
+        if status in (401, 403):
+            raise AuthFailed(clean, f"HTTP {status}: not authorised", status)
+        if status not in (200, 202, 204):
+            raise RedfishError(clean, f"PATCH refused: HTTP {status}{_error_message(response)}", status)
+        return PatchResult(status, _location_path(response.getheader("Location")))
+
     def close(self) -> None:
         with contextlib.suppress(Exception):  # logging out of a dead BMC must not fail the audit
             self._client.logout()
@@ -191,6 +240,16 @@ def _describe(exc: BaseException) -> str:
     if "reset" in text.lower() or "RemoteDisconnected" in text or "Connection aborted" in text:
         return "connection reset"
     return name
+
+
+def _location_path(location: str | None) -> str | None:
+    """The path of a Location header (absolute or relative), if it is a Redfish path."""
+    if not location:
+        return None
+    try:
+        return valid_path(urllib.parse.urlsplit(location).path)
+    except RedfishError:
+        return None
 
 
 def _error_message(response: Any) -> str:
@@ -318,6 +377,8 @@ def _children(path: str, body: dict[str, Any]) -> list[str]:
         links = [_link(body, "FirmwareInventory")]
     elif "LogService." in kind:
         links = [_link(body, "Entries")]
+    elif "Bios." in kind:
+        links = [_link(body, "@Redfish.Settings", "SettingsObject")]  # pending BIOS changes
     elif "Fabric." in kind:
         links = [_link(body, "Switches")]  # NVSwitches on HGX baseboards; ports are not needed
     return [p for p in links if p]
@@ -486,6 +547,39 @@ def _threshold(sensor: dict[str, Any], legacy: str, modern: str) -> float | None
     return value
 
 
+def _bios(res: dict[str, dict[str, Any]], host_system: tuple[str, dict[str, Any]] | None,
+          missing: Callable[[str, str], Unknown]) -> tuple[dict[str, Any] | Unknown, BiosSettings | Unknown]:
+    """The current BIOS attributes and where changes to them go (the settings object).
+
+    The settings object is itself a `Bios` resource, so the current one is
+    the host system's `Bios` link, not just any resource of that type.
+    """
+    lowered = {p.lower(): p for p in res}
+    bios_link = _link(host_system[1], "Bios") if host_system else None
+    bios_path = lowered.get(valid_path(bios_link).lower()) if bios_link else None
+    if bios_path is None:
+        candidates = [p for p, b in _of_type(res, "Bios.") if b.get("Id") != "Settings"]
+        bios_path = candidates[0] if candidates else None
+    if bios_path is None:
+        gone = missing("BIOS attributes", "/Bios")
+        return gone, gone
+    bios = res[bios_path]
+    attributes = dict(bios.get("Attributes") or {})
+    settings_link = _link(bios, "@Redfish.Settings", "SettingsObject")
+    if settings_link is None:
+        return attributes, Unsupported("the BIOS resource has no @Redfish.Settings object: "
+                                       "this BMC takes no BIOS changes over Redfish")
+    settings_path = valid_path(settings_link)
+    settings_info = bios["@Redfish.Settings"]
+    apply_times = tuple(str(t) for t in settings_info.get("SupportedApplyTimes") or [] if isinstance(t, str))
+    body = res.get(lowered.get(settings_path.lower(), settings_path))
+    pending: dict[str, Any] | Unknown = (dict(body.get("Attributes") or {}) if body is not None
+                                         else missing("the pending BIOS settings", settings_path))
+    etag = body.get("@odata.etag") if body is not None else None
+    return attributes, BiosSettings(bios_path, lowered.get(settings_path.lower(), settings_path), apply_times,
+                                    pending, etag if isinstance(etag, str) else None)
+
+
 def parse_bmc(walk: Walk, insecure: bool = False) -> BmcFacts:
     """Turn the resources a walk fetched into BmcFacts; missing parts say why."""
     res = walk.resources
@@ -622,9 +716,7 @@ def parse_bmc(walk: Walk, insecure: bool = False) -> BmcFacts:
     facts["leak_detectors"] = tuple(leaks) if leaks or _of_type(res, "LeakDetection.") else (
         missing("leak detection", "LeakDetect"))
 
-    bios_resources = [b for _p, b in _of_type(res, "Bios.")]
-    facts["bios_attributes"] = (dict(bios_resources[0].get("Attributes") or {}) if bios_resources
-                                else missing("BIOS attributes", "/Bios"))
+    facts["bios_attributes"], facts["bios_settings"] = _bios(res, host_system, missing)
 
     facts["events"] = _log_entries(res) if _of_type(res, "LogService.") else missing("log services", "LogServices")
     gpus = []

@@ -304,6 +304,56 @@ def sushy_static(mockup_dir: Path, tls: TlsFiles | None = None, workdir: Path | 
             return
 
 
+# --- sushy-emulator (writable BIOS) ------------------------------------------------------------------
+
+
+EMULATOR_SYSTEM = "/redfish/v1/Systems/6695eb01-f6a4-8304-79aa-97f2502e193f"  # libvirt's test:///default domain
+
+
+@contextlib.contextmanager
+def sushy_emulator(user: str, password: str, workdir: Path | None = None) -> Iterator[RedfishPeer]:
+    """A dynamic Redfish service whose BIOS takes `@Redfish.Settings` PATCHes, with HTTP basic auth.
+
+    sushy-emulator's BIOS needs its libvirt driver; libvirt's built-in `test:///default` driver
+    keeps one in-memory domain per process, so each start begins with the same BIOS and needs no
+    libvirtd. The venv (`emulator`) sees Debian's python3-libvirt through system site-packages;
+    `.ci/peers-redfish.sh` creates it. This emulator applies a PATCH to the current BIOS at once,
+    where a real BMC stages it until the next boot.
+    """
+    exe = peer_bin("emulator", "sushy-emulator")
+    python = exe.with_name("python")
+    with _workdir("nodewarden-emulator-", workdir) as wd:
+        htpasswd = wd / "htpasswd"
+        hashed = subprocess.run(
+            [str(python), "-c", "import bcrypt, sys; print(bcrypt.hashpw(sys.stdin.read().encode(), "
+             "bcrypt.gensalt(rounds=4)).decode())"],  # cost 4: cost 12 makes every request pay ~200 ms
+            input=password, capture_output=True, text=True, check=True).stdout.strip()
+        htpasswd.write_text(f"{user}:{hashed}\n")
+        htpasswd.chmod(0o600)
+        for attempt in range(3):
+            port = free_port()
+            config = wd / f"emulator-{port}.conf"
+            config.write_text(
+                f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\n"
+                f"SUSHY_EMULATOR_LIBVIRT_URI = 'test:///default'\nSUSHY_EMULATOR_AUTH_FILE = '{htpasswd}'\n"
+                f"SUSHY_EMULATOR_STATE_DIR = '{wd / 'state'}'\n")
+            log_path = wd / f"sushy-emulator-{port}.log"
+            proc = _spawn([str(exe), "--config", str(config)], log_path)
+            url = f"http://127.0.0.1:{port}"
+            try:
+                _wait_http(f"{url}/redfish/v1/", proc, log_path)
+            except RuntimeError:
+                _stop(proc)
+                if attempt == 2:
+                    raise
+                continue
+            try:
+                yield RedfishPeer(url=url, log_path=log_path, pid=proc.pid)
+            finally:
+                _stop(proc)
+            return
+
+
 # --- mitmdump fault proxy ---------------------------------------------------------------------------
 
 
