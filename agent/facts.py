@@ -275,6 +275,8 @@ class GpuFacts(NamedTuple):
     max_limit_w: Maybe[float] = NOT_READ
     enforced_limit_w: Maybe[float] = NOT_READ
     clock_events: Maybe[int] = NOT_READ  # bitmask, see CLOCK_EVENT_BITS
+    app_clocks_mhz: Maybe[tuple[int, int]] = NOT_READ  # application clocks (graphics, memory)
+    default_app_clocks_mhz: Maybe[tuple[int, int]] = NOT_READ
     pcie_gen: Maybe[int] = NOT_READ
     pcie_gen_max: Maybe[int] = NOT_READ
     pcie_width: Maybe[int] = NOT_READ

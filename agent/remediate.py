@@ -225,14 +225,20 @@ def _bios_effective(writer: BmcWriter, change: RedfishPatch) -> dict[str, Any]:
     return {name: pending.get(name, current.get(name)) for name, _value in change.attributes}
 
 
+def _nvml_read(target: HostTarget, change: NvmlSet) -> Any:
+    values = [_nvml_call(target, change, change.getter, *args) for args in change.reads]
+    return values[0] if len(values) == 1 else values
+
+
 def _before_state(target: HostTarget, change: Change) -> dict[str, Any]:
     if isinstance(change, RedfishPatch):
         writer = _bmc(target)
         return {"kind": "redfish", "path": change.path, "settings_path": change.settings_path,
                 "values": _bios_effective(writer, change), "raw": b64(writer.raw(change.settings_path))}
     if isinstance(change, NvmlSet):
+        before = _nvml_read(target, change)
         return {"kind": "nvml", "path": change.path, "index": change.index, "setter": change.setter,
-                "value": _nvml_call(target, change, change.getter), "raw": b64(target.nvml_raw())}
+                "value": before, "restore_args": change.undo(before), "raw": b64(target.nvml_raw())}
     raw = target.read(change.path)
     if isinstance(change, AttrWrite):
         if raw is None:
@@ -261,7 +267,7 @@ def _apply_change(target: HostTarget, change: Change) -> str | None:
         location = getattr(result, "location", None)
         return f"the BMC queued {location}" if location else None
     if isinstance(change, NvmlSet):
-        _nvml_call(target, change, change.setter, change.value)
+        _nvml_call(target, change, change.setter, *change.setter_args())
         target.nvml_commit()
     elif isinstance(change, AttrWrite):
         target.write_attr(change.path, change.value, change.shown)
@@ -284,7 +290,7 @@ def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
             ok = ok and all(effective.get(name) == value for name, value in change.attributes)
         elif isinstance(change, NvmlSet):
             try:
-                value: Any = change.parse(_nvml_call(target, change, change.getter))
+                value: Any = change.parse(_nvml_read(target, change))
             except ValueError:
                 value = None
             values.append(value)
@@ -401,8 +407,8 @@ def _restore(target: HostTarget, state: dict[str, Any]) -> None:
         if raw_nvml is not None and not target.live:
             target.nvml_restore_raw(raw_nvml)  # byte-exact for a recording
         else:
-            change = NvmlSet(int(state["index"]), "", str(state["setter"]), state["value"], str)
-            _nvml_call(target, change, change.setter, change.value)
+            change = NvmlSet(int(state["index"]), "", str(state["setter"]), None, str)
+            _nvml_call(target, change, change.setter, *state.get("restore_args", [state["value"]]))
     elif state["kind"] == "attr":
         raw = unb64(state["raw"])
         assert raw is not None

@@ -68,15 +68,30 @@ class FileEdit:
     mode: int = 0o644
 
 
+def _undo_with_same_setter(before: Any) -> list[Any]:
+    return [before]
+
+
 @dataclass(frozen=True)
 class NvmlSet:
-    """Call an NVML setter on one GPU: `setter(handle, value)`, read back with `getter(handle)`."""
+    """Call an NVML setter on one GPU: `setter(handle, *args)`, read back with `getter(handle, *read)`.
+
+    `value` is the setter's argument (a tuple for setters taking several); `reads` lists the
+    getter's arguments after the handle, one read each (the before-state is the list of them
+    when there are several); `undo` turns the before-state into the setter arguments that
+    restore it, and is journaled as such (a live GPU has no bytes to put back).
+    """
 
     index: int
     getter: str
     setter: str
-    value: int
+    value: Any
     parse: Callable[[Any], str] = field(repr=False, compare=False)
+    reads: tuple[tuple[Any, ...], ...] = ((),)
+    undo: Callable[[Any], list[Any]] = field(default=_undo_with_same_setter, repr=False, compare=False)
+
+    def setter_args(self) -> list[Any]:
+        return list(self.value) if isinstance(self.value, tuple) else [self.value]
 
     @property
     def path(self) -> str:  # what the journal and rollback output call it

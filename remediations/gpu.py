@@ -1,4 +1,5 @@
-"""GPU actuators through NVML setters: persistence mode and power limit (both `safe`).
+"""GPU actuators through NVML setters: persistence mode, power limit (`safe`), compute mode and
+application clocks (`disruptive`), ECC (`reboot`).
 
 The GPU is read with the audit's own NVML reader, so the values a relative
 expectation refers to ("@default_limit_w") are the ones the check used. A
@@ -10,10 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pynvml import NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM
+
 from agent.expect import Expectation
 from agent.facts import GpuFacts
 from agent.model import Finding, Unknown
 from agent.sources.nvml import COMPUTE_MODES, read_nvml
+from checks.gpu_clocks import describe_app_clocks
 from remediations import Action, ActionClass, NvmlSet, PlanContext, actuator, refused, target_value
 
 _GPU_RE = re.compile(r"^gpu(\d{1,3})$")
@@ -168,4 +172,44 @@ def plan_ecc(finding: Finding, ctx: PlanContext) -> list[Action]:
                    gpu.ecc_mode, value, expectation=expectation,
                    notes=["staged: takes effect after a GPU reset or reboot"],
                    changes=(NvmlSet(gpu.index, "nvmlDeviceGetEccMode", "nvmlDeviceSetEccMode",
-                                    1 if value == "enabled" else 0, _pending_ecc),))]
+                                    1 if value == "enabled" else 0, _pending_ecc,
+                                    undo=lambda before: [before[1]]),))]  # restore the staged mode
+
+
+@actuator("gpu_app_clocks")
+def plan_app_clocks(finding: Finding, ctx: PlanContext) -> list[Action]:
+    """Application clocks back to the board's defaults: `disruptive` (running jobs' clocks change)."""
+    action_id = f"gpu_app_clocks:{finding.subject}"
+    expectation = ctx.profile.expectation("gpu", "applications_clocks")
+    gpu = _gpu(finding, ctx, action_id)
+    if isinstance(gpu, Action):
+        gpu.action_class = ActionClass.DISRUPTIVE
+        return [gpu]
+    observed = describe_app_clocks(gpu)
+    if expectation is None or target_value(expectation) != "default":
+        return [refused(action_id, finding, ActionClass.DISRUPTIVE, observed,
+                        "the profile asks for no application clocks to reset to (only `default` is supported)")]
+    defaults = gpu.default_app_clocks_mhz
+    if isinstance(defaults, Unknown) or isinstance(observed, Unknown):
+        why = defaults.reason if isinstance(defaults, Unknown) else getattr(observed, "reason", "")
+        return [refused(action_id, finding, ActionClass.DISRUPTIVE, observed,
+                        f"cannot read the application clocks: {why}")]
+    if expectation.evaluate(observed).ok:
+        return []
+    busy = gpu_processes(ctx, gpu.index)
+    if isinstance(busy, str) or busy:
+        why = busy if isinstance(busy, str) else f"processes {', '.join(map(str, busy))} are running on it"
+        return [refused(action_id, finding, ActionClass.DISRUPTIVE, observed, f"{why}; drain the GPU first")]
+    graphics, memory = defaults
+
+    def parse(read: Any) -> str:  # [memory, graphics] as read below
+        return "default" if (int(read[1]), int(read[0])) == (graphics, memory) else (
+            f"graphics {read[1]} MHz, memory {read[0]} MHz")
+
+    # Set the defaults explicitly (what nvmlDeviceResetApplicationsClocks does) so that the
+    # same setter, with the journaled pair, restores the prior clocks.
+    return [Action(action_id, "gpu_app_clocks", ActionClass.DISRUPTIVE, finding.subject, finding.check,
+                   observed, "default", expectation=expectation,
+                   changes=(NvmlSet(gpu.index, "nvmlDeviceGetApplicationsClock", "nvmlDeviceSetApplicationsClocks",
+                                    (memory, graphics), parse, reads=((NVML_CLOCK_MEM,), (NVML_CLOCK_GRAPHICS,)),
+                                    undo=list),))]

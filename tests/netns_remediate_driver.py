@@ -36,14 +36,41 @@ def observe() -> dict[str, Any]:
             "boot": BOOT.read_text() if BOOT.exists() else None, "etc_nodewarden": BOOT.parent.exists()}
 
 
-def main() -> None:
-    config, state, scratch = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+def overlay_etc(scratch: Path) -> None:
     scratch.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "nodewarden-test", str(scratch)], check=True)
     (scratch / "upper").mkdir()
     (scratch / "work").mkdir()
     subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                     f"lowerdir=/etc,upperdir={scratch / 'upper'},workdir={scratch / 'work'}", "/etc"], check=True)
+
+
+def ansible_main(config: str, state: str, playbook_path: Path, work: Path) -> None:
+    """The Ansible module remediating the live namespace: check mode, apply, re-run, then CLI rollback."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.test_ansible import module_result, playbook
+
+    seen: dict[str, Any] = {"before": observe()}
+    run = playbook(work, playbook_path, "--check", "--diff")
+    seen["check"] = [run.rc, module_result(work), run.stdout[-3000:]]
+    seen["after_check"] = observe()
+    run = playbook(work, playbook_path, "--diff")
+    seen["apply"] = [run.rc, module_result(work), run.stdout[-3000:]]
+    seen["after"] = observe()
+    run = playbook(work, playbook_path)
+    seen["again"] = [run.rc, module_result(work), run.stdout[-3000:]]
+    rc, _, err = nodewarden("rollback", "--last", "--config", config, "--state-dir", state)
+    seen["rollback"] = [rc, err]
+    seen["restored"] = observe()
+    print(json.dumps(seen))
+
+
+def main() -> None:
+    config, state, scratch = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    overlay_etc(scratch)
+    if len(sys.argv) > 4:  # --ansible PLAYBOOK WORKDIR
+        ansible_main(config, state, Path(sys.argv[5]), Path(sys.argv[6]))
+        return
     common = ["--config", config, "--profile", "nw-live", "--state-dir", state, "--format", "json"]
     fixable = ["--only", "sysctl:net.ipv4.*", "--only", "mtu:nwv0"]
     seen: dict[str, Any] = {"before": observe()}

@@ -74,7 +74,7 @@ def test_healthy_node_passes(run_cli: RunCli) -> None:
             "source.available"} <= checks
     assert {c for c in checks if c.startswith("gpu.")} == {
         "gpu.count", "gpu.lost", "gpu.ecc.mode", "gpu.ecc.uncorrected", "gpu.ecc.corrected", "gpu.retired_pages",
-        "gpu.row_remap", "gpu.persistence_mode", "gpu.compute_mode", "gpu.mig_mode", "gpu.power.limit",
+        "gpu.row_remap", "gpu.persistence_mode", "gpu.compute_mode", "gpu.app_clocks", "gpu.mig_mode", "gpu.power.limit",
         "gpu.clocks.events", "gpu.temperature", "gpu.memory_temperature", "gpu.thermal.imbalance", "gpu.pcie.link",
         "gpu.pcie.replay", "gpu.nvlink.links", "gpu.nvlink.errors", "gpu.fabric", "gpu.firmware.vbios",
         "gpu.inforom", "gpu.driver", "gpu.cuda", "gpu.xid", "gpu.recovery_action"}

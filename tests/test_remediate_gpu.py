@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,8 @@ import pytest
 from agent.config import Config
 from agent.engine import AuditRequest
 from agent.journal import StateDir
-from agent.remediate import RemediationRequest, apply, plan
-from remediations import Outcome
+from agent.remediate import RemediationRequest, _rollback, apply, plan
+from remediations import ActionClass, Outcome
 from remediations._target import SnapshotTarget
 from tests.conftest import RunCli
 from tests.test_contract_pynvml import SignatureSpy
@@ -71,6 +74,12 @@ def test_power_limit_outside_constraints_is_refused(run_cli: RunCli, node: Path,
     assert (node / "nvml.json").read_bytes() == before  # nothing partially applied
 
 
+IDLE = {"nvmlDeviceGetComputeMode": 3, "nvmlDeviceGetComputeRunningProcesses": [],
+        "nvmlDeviceGetGraphicsRunningProcesses": []}
+# A benchmark left GPU 1 at 1755 MHz graphics (H100 SXM default 1980/2619 MHz).
+CUSTOM_CLOCKS = {"nvmlDeviceGetApplicationsClock(0)": 1755}
+
+
 class SpyTarget(SnapshotTarget):
     """A snapshot target whose NVML calls are bound to the real pynvml signatures first."""
 
@@ -83,18 +92,40 @@ class SpyTarget(SnapshotTarget):
         return self.spy
 
 
+class LiveStyleSpyTarget(SpyTarget):
+    """Rolls back as on a real GPU: through the setters with the journaled arguments, not bytes."""
+
+    live = True
+
+    def nvml_raw(self) -> bytes | None:
+        return None
+
+
 def test_every_setter_call_binds_to_the_real_signature(node: Path, tmp_path: Path) -> None:
+    """Every GPU actuator (all classes) applies and rolls back through calls that fit real pynvml."""
+    _set_gpu1(node, **IDLE, nvmlDeviceGetEccMode=[0, 0], **CUSTOM_CLOCKS)
+    original = json.loads((node / "nvml.json").read_text())["devices"]
     request = RemediationRequest(audit=AuditRequest(config=Config(), snapshot=node), apply=True, only=("gpu*",),
-                                 state_dir=tmp_path / "state")
-    target = SpyTarget(node)
+                                 state_dir=tmp_path / "state", allow=frozenset(ActionClass))
+    target = LiveStyleSpyTarget(node)
     _, actions = plan(request, target)
-    journal = StateDir(tmp_path / "state").create_run("20261129T000000Z-000000", {"target": target.description})
+    assert {"gpu_compute_mode:gpu1", "gpu_ecc:gpu1", "gpu_app_clocks:gpu1"} <= {a.id for a in actions}
+    state = StateDir(tmp_path / "state")
+    journal = state.create_run("20261129T000000Z-000000", {"target": target.description})
     apply(request, target, actions, journal)
     assert {a.outcome for a in actions} == {Outcome.APPLIED}
     assert target.spy is not None
-    assert {"nvmlDeviceSetPersistenceMode", "nvmlDeviceSetPowerManagementLimit",
+    assert {"nvmlDeviceSetPersistenceMode", "nvmlDeviceSetPowerManagementLimit", "nvmlDeviceSetComputeMode",
+            "nvmlDeviceSetEccMode", "nvmlDeviceSetApplicationsClocks", "nvmlDeviceGetApplicationsClock",
             "nvmlDeviceGetPowerManagementLimitConstraints", "nvmlDeviceGetPersistenceMode",
-            "nvmlDeviceGetPowerManagementLimit"} <= target.spy.called
+            "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetComputeRunningProcesses"} <= target.spy.called
+    target.nvml_commit()
+    assert json.loads((node / "nvml.json").read_text())["devices"] != original
+
+    restored = _rollback(target, state, "20261129T000000Z-000000")
+    target.nvml_commit()
+    assert len(restored.restored) == len(actions)
+    assert json.loads((node / "nvml.json").read_text())["devices"] == original
 
 
 def _set_gpu1(node: Path, **entries: Any) -> None:
@@ -104,8 +135,6 @@ def _set_gpu1(node: Path, **entries: Any) -> None:
     (node / "nvml.json").write_text(json.dumps(data, indent=2) + "\n")
 
 
-IDLE = {"nvmlDeviceGetComputeMode": 3, "nvmlDeviceGetComputeRunningProcesses": [],
-        "nvmlDeviceGetGraphicsRunningProcesses": []}
 
 
 def test_compute_mode_is_disruptive_and_needs_allow(run_cli: RunCli, node: Path, tmp_path: Path,
@@ -169,3 +198,63 @@ def test_ecc_is_staged_as_a_reboot_class_change(run_cli: RunCli, node: Path, tmp
     code, again = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_ecc:*",
                             "--allow", "reboot")
     assert code == 0 and again["actions"] == [] and again["reboot_required"] is False
+
+
+def test_app_clocks_reset_is_disruptive_verified_and_rolled_back(run_cli: RunCli, node: Path, tmp_path: Path,
+                                                                 empty_config: Path) -> None:
+    _set_gpu1(node, **IDLE, **CUSTOM_CLOCKS)
+    state = tmp_path / "state"
+    before = (node / "nvml.json").read_bytes()
+    audit = run_cli("audit", "--snapshot", str(node), "--config", str(empty_config), "--format", "json",
+                    "--only", "gpu.app_clocks").json()
+    gpu1 = next(f for f in audit["findings"] if f["subject"] == "gpu1")
+    assert gpu1["status"] == "fail" and "graphics 1755 MHz, memory 2619 MHz (default 1980/2619 MHz)" in gpu1["message"]
+
+    code, result = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_app_clocks:*")
+    (action,) = result["actions"]
+    assert code == 0 and (action["status"], action["class"]) == ("not_allowed", "disruptive")
+    code, result = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_app_clocks:*",
+                             "--allow", "disruptive")
+    (action,) = result["actions"]
+    assert code == 0 and action["status"] == "applied" and action["verified"] is True
+    assert (action["after"], action["observed_after"]) == ("default", "default")
+    assert ("gpu.app_clocks", "gpu1", "fixed") in {(f["check"], f["subject"], f["status"]) for f in result["findings"]}
+    device = json.loads((node / "nvml.json").read_text())["devices"][1]
+    assert (device["nvmlDeviceGetApplicationsClock(0)"], device["nvmlDeviceGetApplicationsClock(2)"]) == (1980, 2619)
+
+    code, again = remediate(run_cli, node, state, empty_config, "--apply", "--only", "gpu_app_clocks:*",
+                            "--allow", "disruptive")
+    assert code == 0 and again["actions"] == []
+    assert run_cli("rollback", "--last", "--snapshot", str(node), "--state-dir", str(state)).code == 0
+    assert (node / "nvml.json").read_bytes() == before
+
+
+def test_app_clocks_reset_is_refused_while_processes_run(run_cli: RunCli, node: Path, tmp_path: Path,
+                                                         empty_config: Path) -> None:
+    _set_gpu1(node, **{**IDLE, **CUSTOM_CLOCKS,
+                       "nvmlDeviceGetComputeRunningProcesses": [{"pid": 777, "usedGpuMemory": 1 << 30}]})
+    before = (node / "nvml.json").read_bytes()
+    code, result = remediate(run_cli, node, tmp_path / "state", empty_config, "--apply",
+                             "--only", "gpu_app_clocks:*", "--allow", "disruptive")
+    (action,) = result["actions"]
+    assert code == 1 and action["status"] == "refused"
+    assert "processes 777 are running on it; drain the GPU first" in action["reason"]
+    assert (node / "nvml.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("failpoint", ["before-journal@3", "after-journal@2", "after-journal@8"])
+def test_crash_between_nvml_setters_then_rollback(node: Path, tmp_path: Path, empty_config: Path, run_cli: RunCli,
+                                                  failpoint: str) -> None:
+    """SIGKILL while GPU setters run: rollback puts nvml.json back byte for byte."""
+    state = tmp_path / "state"
+    before = (node / "nvml.json").read_bytes()
+    crashed = subprocess.run(
+        [sys.executable, "-m", "agent", "remediate", "--snapshot", str(node), "--state-dir", str(state),
+         "--config", str(empty_config), "--apply", "--only", "gpu*"],
+        env={**os.environ, "NODEWARDEN_FAILPOINTS": failpoint}, capture_output=True, text=True, timeout=120,
+        check=False)
+    assert crashed.returncode == -9, crashed.stderr
+    assert (node / "nvml.json").read_bytes() != before  # earlier setters did change the recording
+    result = run_cli("rollback", "--last", "--snapshot", str(node), "--state-dir", str(state))
+    assert result.code == 0, result.stderr
+    assert (node / "nvml.json").read_bytes() == before

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -97,3 +98,44 @@ def test_live_sysctl_and_mtu_apply_verify_rollback(netns: str, tmp_path: Path) -
     assert Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text() == host_probing
     assert Path("/etc/sysctl.d/90-nodewarden.conf").exists() == host_conf
     assert Path("/etc/nodewarden").exists() == host_etc_nodewarden
+
+
+def test_ansible_module_remediates_inside_the_namespace(netns: str, tmp_path: Path) -> None:
+    """Real ansible-playbook, the nodewarden module, a live kernel (the namespace's), no snapshot."""
+    from tests.test_ansible import module_playbook
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "nw-live.yaml").write_text(PROFILE)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"profile_dirs: [{profiles}]\n")
+    work = tmp_path / "ansible"
+    work.mkdir()
+    site = module_playbook(work, state="remediated", config=str(config), profile="nw-live",
+                           only=["sysctl:net.ipv4.*", "mtu:nwv0"], state_dir=str(tmp_path / "state"))
+    host_probing = Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text()
+    proc = subprocess.run(
+        ["ip", "netns", "exec", netns, sys.executable, str(REPO / "tests" / "netns_remediate_driver.py"),
+         str(config), str(tmp_path / "state"), str(tmp_path / "scratch"), "--ansible", str(site), str(work)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    seen: dict[str, Any] = json.loads(proc.stdout)
+    assert (seen["before"]["probing"], seen["before"]["mtu0"]) == ("0", "1500")
+
+    rc, predicted, out = seen["check"]
+    assert rc == 0, out
+    assert predicted["changed"] is True and predicted["run_id"] is None
+    assert {a["id"] for a in predicted["actions"]} == {"sysctl:net.ipv4.tcp_mtu_probing", "mtu:nwv0"}
+    assert seen["after_check"] == seen["before"]  # check mode acted on nothing
+    assert re.search(r'^\+mtu:nwv0 = "?9000"?$', out, re.M), out  # --diff shows the change
+
+    rc, applied, out = seen["apply"]
+    assert rc == 0, out
+    assert applied["changed"] is True and applied["reboot_required"] is False and applied["run_id"]
+    assert (seen["after"]["probing"], seen["after"]["mtu0"]) == ("1", "9000")
+    rc, again, out = seen["again"]
+    assert rc == 0 and again["changed"] is False, out
+
+    assert seen["rollback"][0] == 0, seen["rollback"][1]
+    assert seen["restored"] == seen["before"]
+    assert Path("/proc/sys/net/ipv4/tcp_mtu_probing").read_text() == host_probing

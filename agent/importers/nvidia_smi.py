@@ -122,6 +122,11 @@ def _paths() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         "pcie_width": (("PCI/GPU Link Info/Link Width/Current",),
                        ("pci/pci_gpu_link_info/link_widths/current_link_width",)),
         "pcie_replays": (("PCI/Replays Since Reset",), ("pci/replay_counter",)),
+        "app_graphics": (("Applications Clocks/Graphics",), ("applications_clocks/graphics_clock",)),
+        "app_memory": (("Applications Clocks/Memory",), ("applications_clocks/mem_clock",)),
+        "default_app_graphics": (("Default Applications Clocks/Graphics",),
+                                 ("default_applications_clocks/graphics_clock",)),
+        "default_app_memory": (("Default Applications Clocks/Memory",), ("default_applications_clocks/mem_clock",)),
         "retired_sbe": (("Retired Pages/Single Bit ECC",),
                         ("retired_pages/multiple_single_bit_retirement/retired_count",)),
         "retired_dbe": (("Retired Pages/Double Bit ECC",), ("retired_pages/double_bit_retirement/retired_count",)),
@@ -563,6 +568,10 @@ def _count(text: str) -> int:
     return int(_match(r"\d+", text).group(0))
 
 
+def _mhz(text: str) -> int:
+    return int(_match(r"(\d+)\s*MHz", text).group(1))
+
+
 def _milliwatts(text: str) -> int:
     try:
         return int(Decimal(_match(r"(\d+(?:\.\d+)?)\s*W", text).group(1)) * 1000)
@@ -679,6 +688,11 @@ class _GpuMapper:
         put("nvmlDeviceGetMaxPcieLinkGeneration", self.convert("pcie_gen_max", _count))
         put("nvmlDeviceGetCurrPcieLinkWidth", self.convert("pcie_width", _width))
         put("nvmlDeviceGetMaxPcieLinkWidth", self.convert("pcie_width_max", _width))
+        # Keys carry the clock type as the reader asks: NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_MEM = 2.
+        put("nvmlDeviceGetApplicationsClock(0)", self.convert("app_graphics", _mhz))
+        put("nvmlDeviceGetApplicationsClock(2)", self.convert("app_memory", _mhz))
+        put("nvmlDeviceGetDefaultApplicationsClock(0)", self.convert("default_app_graphics", _mhz))
+        put("nvmlDeviceGetDefaultApplicationsClock(2)", self.convert("default_app_memory", _mhz))
         put("nvmlDeviceGetGpuFabricInfoV", self.fabric())
         return out
 

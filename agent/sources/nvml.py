@@ -224,6 +224,8 @@ class NvmlReader:
             ("nvmlDeviceGetCurrentClocksThrottleReasons", (handle,)),
         )
         inforom = self.call("nvmlDeviceValidateInforom", handle)
+        app_clocks = self.clock_pair("nvmlDeviceGetApplicationsClock", handle)
+        default_app_clocks = self.clock_pair("nvmlDeviceGetDefaultApplicationsClock", handle)
         return GpuFacts(
             index=index,
             name=_map(self.call("nvmlDeviceGetName", handle), _text),
@@ -272,6 +274,8 @@ class NvmlReader:
             max_limit_w=_map(limits, lambda lim: _watts(lim[1])),
             enforced_limit_w=_map(self.call("nvmlDeviceGetEnforcedPowerLimit", handle), _watts),
             clock_events=_map(clock_events, int),
+            app_clocks_mhz=app_clocks,
+            default_app_clocks_mhz=default_app_clocks,
             pcie_gen=_map(self.call("nvmlDeviceGetCurrPcieLinkGeneration", handle), int),
             pcie_gen_max=_map(self.call("nvmlDeviceGetMaxPcieLinkGeneration", handle), int),
             pcie_width=_map(self.call("nvmlDeviceGetCurrPcieLinkWidth", handle), int),
@@ -279,6 +283,15 @@ class NvmlReader:
             **self.read_fabric(handle),
             calls=self._gpu_calls,
         )
+
+    def clock_pair(self, name: str, handle: Any) -> tuple[int, int] | Unknown:
+        """(graphics, memory) MHz from a per-clock-type getter; Unknown if either fails."""
+        graphics = self.call(name, handle, self.nvml.NVML_CLOCK_GRAPHICS)
+        memory = self.call(name, handle, self.nvml.NVML_CLOCK_MEM)
+        for part in (graphics, memory):
+            if isinstance(part, Unknown):
+                return part
+        return int(graphics), int(memory)
 
     def read_fields(self, handle: Any) -> dict[str, Any]:
         """All counters in one nvmlDeviceGetFieldValues call."""
@@ -617,6 +630,24 @@ class RecordedNvml:
         if not isinstance(current, list) or len(current) != 2:
             raise self._not_recorded("nvmlDeviceGetEccMode")
         self._set(handle, "nvmlDeviceGetEccMode", [current[0], mode])
+
+    def nvmlDeviceSetApplicationsClocks(self, handle: RecordedHandle, memory_mhz: int, graphics_mhz: int) -> None:
+        # NVML takes (memory, graphics) and accepts only the board's supported clocks; a recording
+        # does not hold that list, so it accepts any positive pair.
+        if not (isinstance(memory_mhz, int) and isinstance(graphics_mhz, int) and memory_mhz > 0 and graphics_mhz > 0):
+            raise self._real.NVMLError(self._real.NVML_ERROR_INVALID_ARGUMENT)
+        self._set(handle, call_key("nvmlDeviceGetApplicationsClock", (self._real.NVML_CLOCK_MEM,)), memory_mhz)
+        self._set(handle, call_key("nvmlDeviceGetApplicationsClock", (self._real.NVML_CLOCK_GRAPHICS,)),
+                  graphics_mhz)
+
+    def nvmlDeviceResetApplicationsClocks(self, handle: RecordedHandle) -> None:
+        clock_mem, clock_gfx = self._real.NVML_CLOCK_MEM, self._real.NVML_CLOCK_GRAPHICS
+        table = self._devices[int(handle)]
+        memory, graphics = (table.get(call_key("nvmlDeviceGetDefaultApplicationsClock", (c,)))
+                            for c in (clock_mem, clock_gfx))
+        if not isinstance(memory, int) or not isinstance(graphics, int):
+            raise self._not_recorded("nvmlDeviceGetDefaultApplicationsClock")
+        self.nvmlDeviceSetApplicationsClocks(handle, memory, graphics)
 
     # NVML lifecycle calls succeed without a library.
     def nvmlInit(self) -> None:
