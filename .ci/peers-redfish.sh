@@ -48,7 +48,9 @@ ensure_emulator() {
     return 0
   fi
   if ! /usr/bin/python3 -c 'import libvirt' 2>/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-libvirt >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-libvirt >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+          python3-libvirt >/dev/null; }
   fi
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/python" -m pip install -q "$SUSHY_SPEC"
