@@ -20,6 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class State:
     verbose: int = 0
     log_format: str = "text"
+    log_format_given: bool = False
 
 
 def source_options(func: F) -> F:
@@ -75,15 +76,16 @@ def _verbose(ctx: click.Context) -> bool:
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="nodewarden")
 @click.option("-v", "--verbose", count=True, help="More output; -v lists passes, -vv logs debug.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]),
+              help="Log lines as text or JSON (default: text; JSON for the daemon).")
 @click.pass_context
-def cli(ctx: click.Context, verbose: int, log_format: str) -> None:
+def cli(ctx: click.Context, verbose: int, log_format: str | None) -> None:
     """Keep GPU servers tuned and healthy: audit, remediate, watch."""
     state = ctx.ensure_object(State)
-    state.verbose, state.log_format = verbose, log_format
+    state.verbose, state.log_format, state.log_format_given = verbose, log_format or "text", log_format is not None
     from agent.log import setup_logging
 
-    setup_logging(verbose, log_format)
+    setup_logging(verbose, state.log_format)
 
 
 def _config(config_path: Path | None) -> Any:
@@ -321,6 +323,31 @@ def rollback(simulate: str | None, snapshot: Path | None, config_path: Path | No
             click.echo(f"  {path}")
         if len(paths) > 10:
             click.echo(f"  ... and {len(paths) - 10} more (--format json lists all)")
+
+
+@cli.command()
+@source_options
+@click.option("--listen", metavar="HOST:PORT", help="Serve /metrics here (default: daemon.listen in the config, "
+              "else 127.0.0.1:9847).")
+@click.option("--profile", metavar="NAME|auto", help="Profile to judge by (default: match automatically).")
+@click.pass_obj
+def daemon(state: State, /, simulate: str | None, snapshot: Path | None, config_path: Path | None,
+           listen: str | None, profile: str | None, **bmc: Any) -> None:
+    """Watch the node: poll sources, judge, log changes, serve Prometheus metrics (SIGHUP reloads)."""
+    from agent.daemon import Daemon, daemon_settings
+    from agent.engine import AuditRequest
+    from agent.log import setup_logging
+
+    if not state.log_format_given:
+        setup_logging(max(state.verbose, 1), "json", stream=sys.stdout)  # JSON lines to journald
+    else:
+        setup_logging(max(state.verbose, 1), state.log_format, stream=sys.stdout)
+    config = _config(config_path)
+    settings = daemon_settings(config, listen)
+    request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, profile=profile,
+                           bmc=_bmc_options(config, bmc))
+    runner = Daemon(request, settings, config_path, listen, lambda cfg: _bmc_options(cfg, bmc))
+    sys.exit(runner.run())
 
 
 @cli.command("apply-boot")

@@ -29,6 +29,24 @@ _ENDPOINT = {
         "concurrency": {"type": "integer", "minimum": 1, "maximum": 16},
     },
 }
+_SECONDS = {"type": "number", "exclusiveMinimum": 0}
+_PER_SOURCE = {"type": "object", "additionalProperties": False,
+               "properties": {name: _SECONDS for name in ("host", "nvml", "bmc_sensors", "bmc_inventory")}}
+_DAEMON = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "listen": {"type": "string", "pattern": "^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.\\-]+):[0-9]{1,5}$"},
+        "intervals": _PER_SOURCE,
+        "timeouts": _PER_SOURCE,
+        "auto_apply": {"type": "boolean"},
+        "auto_apply_interval_s": _SECONDS,
+        "tls_cert_file": _PATH,
+        "tls_key_file": _PATH,
+        "basic_auth_user": {"type": "string", "minLength": 1},
+        "basic_auth_password_file": _PATH,
+    },
+}
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": ["object", "null"],
     "additionalProperties": False,
@@ -41,6 +59,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "bmc": _ENDPOINT,
         "ipmi": _ENDPOINT,
         "log_format": {"enum": ["text", "json"]},
+        "daemon": _DAEMON,
     },
 }
 
@@ -56,6 +75,8 @@ class Config:
     bmc: dict[str, Any] = field(default_factory=dict)
     ipmi: dict[str, Any] = field(default_factory=dict)
     log_format: str = "text"
+    daemon: dict[str, Any] = field(default_factory=dict)
+    daemon_lines: dict[str, int] = field(default_factory=dict)  # daemon.KEY -> line, for error messages
 
 
 def _default_if_present(path: Path) -> Path | None:
@@ -95,6 +116,11 @@ def load_config(path: Path | None) -> Config:
     config.bmc = dict(data.get("bmc", {}))
     config.ipmi = dict(data.get("ipmi", {}))
     config.log_format = data.get("log_format", config.log_format)
+    config.daemon = dict(data.get("daemon") or {})
+    for key in ("tls_cert_file", "tls_key_file", "basic_auth_password_file"):
+        if key in config.daemon:
+            config.daemon[key] = str(resolve(config.daemon[key]))
+    config.daemon_lines = {key: lines.line_for(("daemon", key)) or 0 for key in config.daemon}
     for name in ("overrides_file", "waivers_file"):
         value = getattr(config, name)
         if name in data and not value.exists():

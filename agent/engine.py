@@ -21,9 +21,9 @@ from agent.config import Config
 from agent.credentials import BmcOptions
 from agent.errors import AuditError, NodewardenError, SnapshotError
 from agent.facts import BmcFacts, HostFacts, KmsgRecord, NodeFacts, NvmlFacts, ProfileMatch
-from agent.matching import Identity, identify, select
+from agent.matching import Identity, Selection, identify, select
 from agent.model import Finding, SourceStatus, Status, Unknown, Unsupported
-from agent.profiles import ProfileStore
+from agent.profiles import Profile, ProfileStore
 from agent.snapshot import Snapshot, open_snapshot, simulated_path
 from agent.sources.fsroot import FsRoot, LiveFs
 from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
@@ -88,19 +88,26 @@ class NodeSource:
         return facts, status
 
 
-def read_bmc(node: NodeSource, options: BmcOptions) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
-    """Redfish first, IPMI where Redfish is missing or has no usable sensors."""
+def read_bmc(node: NodeSource, options: BmcOptions, sensors_only: bool = False,
+             ) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
+    """Redfish first, IPMI where Redfish is missing or has no usable sensors.
+
+    A BMC named on the command line (`--bmc`, `--ipmi`) is read live even for a
+    recorded host: the snapshot's BMC is used only when none is named.
+    `sensors_only` walks Redfish from the chassis only (the daemon's frequent poll).
+    """
     from agent.sources import ipmi, redfish
 
     statuses: dict[str, SourceStatus] = {}
     redfish_facts: BmcFacts | Unknown | None = None
     ipmi_facts: BmcFacts | Unknown | None = None
     snap = node.snapshot
-    if snap is not None:
+    paths = redfish.SENSOR_START if sensors_only else (redfish.ROOT,)
+    if snap is not None and not options.configured:
         if snap.has("redfish"):
             redfish_facts, statuses["redfish"], _ = redfish.read_redfish(
                 lambda: redfish.RecordedRedfish(snap.path), concurrency=options.concurrency,
-                deadline_s=options.deadline_s)
+                deadline_s=options.deadline_s, paths=paths)
         if snap.has("ipmi"):
             ipmi_facts, statuses["ipmi"] = ipmi.read_ipmi_recorded(_load_json(snap.path / "ipmi.json"))
     else:
@@ -110,7 +117,8 @@ def read_bmc(node: NodeSource, options: BmcOptions) -> tuple[BmcFacts | Unknown,
             redfish_facts, statuses["redfish"], _ = redfish.read_redfish(
                 lambda: redfish.LiveRedfish(url, user, password, ca_file=options.ca_file, insecure=options.insecure,
                                             timeout_s=options.timeout_s),
-                concurrency=options.concurrency, deadline_s=options.deadline_s, insecure=options.insecure)
+                concurrency=options.concurrency, deadline_s=options.deadline_s, insecure=options.insecure,
+                paths=paths)
         if options.ipmi_host:
             ipmi_facts, statuses["ipmi"], _raw = ipmi.read_ipmi_live(
                 options.ipmi_host, options.ipmi_port, options.user or "",
@@ -118,8 +126,8 @@ def read_bmc(node: NodeSource, options: BmcOptions) -> tuple[BmcFacts | Unknown,
     for name in ("redfish", "ipmi"):
         if name not in statuses:
             flag = "--bmc URL" if name == "redfish" else "--ipmi HOST"
-            statuses[name] = SourceStatus(name, ok=False, configured=False,
-                                          error="not in snapshot" if snap is not None else f"not configured ({flag})")
+            statuses[name] = SourceStatus(name, ok=False, configured=False, error="not in snapshot" if (
+                snap is not None and not options.configured) else f"not configured ({flag})")
     return merge_bmc(redfish_facts, ipmi_facts), statuses
 
 
@@ -313,11 +321,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         sources["nvml"] = SourceStatus("nvml", ok=False, configured=False, error="not needed by the selected checks")
 
     store = store or ProfileStore(config.profile_dirs, config.overrides_file)
-    identity = identify(host, nvml)
-    forced = request.profile if request.profile not in (None, "auto") else (
-        config.profile if request.profile is None and config.profile != "auto" else None)
-    selection = select(identity, store, forced)
-    profile = selection.profile
+    profile = choose_profile(request, store, host, nvml)[0]
     if node.fs is not None:
         missing = [k for k in profile.sysctl_keys if k not in host.sysctl]
         host.sysctl.update(read_sysctls(node.fs, missing))
@@ -330,7 +334,6 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     else:
         kmsg = Unsupported("the snapshot holds no kernel log")
         sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
-    xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
 
     bmc: BmcFacts | Unknown
     if any(c.source in BMC_SOURCES for c in checks if c.id not in ALWAYS_CHECKS):
@@ -340,13 +343,35 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         bmc = Unsupported("not read: no selected check needs the BMC")
         for name in ("redfish", "ipmi"):
             sources[name] = SourceStatus(name, ok=False, configured=False, error="not needed by the selected checks")
+    return evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0)
 
+
+def choose_profile(request: AuditRequest, store: ProfileStore, host: HostFacts,
+                   nvml: NvmlFacts | Unknown) -> tuple[Profile, Selection, Identity]:
+    """The profile the request names (or the config does), else the one the hardware matches."""
+    config = request.config
+    identity = identify(host, nvml)
+    forced = request.profile if request.profile not in (None, "auto") else (
+        config.profile if request.profile is None and config.profile != "auto" else None)
+    selection = select(identity, store, forced)
+    return selection.profile, selection, identity
+
+
+def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host: HostFacts,
+             nvml: NvmlFacts | Unknown, kmsg: tuple[KmsgRecord, ...] | Unknown, bmc: BmcFacts | Unknown,
+             sources: dict[str, SourceStatus], started: dt.datetime, read_s: float) -> Report:
+    """Facts already read -> checks -> waivers -> report. The daemon calls this on its cached facts."""
+    t0 = time.monotonic()
+    config = request.config
+    profile, selection, identity = choose_profile(request, store, host, nvml)
+    xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
     facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, bmc=bmc,
                       observed_at=_observed_at(node, started), profile_match=ProfileMatch(
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems,
     ))
+    checks = select_checks(all_checks(), request.only, request.skip)
     # A source that was not asked for (not in the snapshot, not configured) is
     # reported once by source.available; its checks produce nothing.
     runnable = [c for c in checks if c.id in ALWAYS_CHECKS or _source_configured(c.source, sources)]
@@ -359,7 +384,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         profile=profile.name,
         profile_chain=profile.chain,
         started_at=started.isoformat(timespec="seconds"),
-        duration_s=time.monotonic() - t0,
+        duration_s=read_s + time.monotonic() - t0,
         sources=sources,
         findings=findings,
         facts=facts,

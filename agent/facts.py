@@ -393,6 +393,17 @@ class FirmwareItem(NamedTuple):
     updateable: bool | None = None
     where: str = ""
 
+    @property
+    def stable_id(self) -> str:
+        """An id that survives updates (Dell's ids carry the version: "Installed-159-2.3.5__BIOS.Setup.1-1")."""
+        ident = self.component_id or self.name
+        return ident.split("__", 1)[1] if "__" in ident else ident
+
+    @property
+    def installed(self) -> bool:
+        """False for the inventory's previous or staged images (Dell: "Previous-…", "Available-…")."""
+        return not (self.component_id or "").startswith(("Previous-", "Available-"))
+
 
 class BmcLogEntry(NamedTuple):
     log: str  # SEL, IML, Event, ...

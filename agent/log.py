@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from typing import TextIO
 
 
 class JsonFormatter(logging.Formatter):
@@ -24,9 +25,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def setup_logging(verbosity: int, fmt: str) -> None:
+def setup_logging(verbosity: int, fmt: str, stream: TextIO | None = None) -> None:
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
         "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

@@ -52,16 +52,10 @@ def evaluate_firmware(facts: NodeFacts, profile: Profile) -> list[Finding]:
                                                          expected=expectation.expected), facts))
             continue
         for item in items:
-            subject = component if len(items) == 1 else f"{component}:{stable_id(item)}"
+            subject = component if len(items) == 1 else f"{component}:{item.stable_id}"
             findings.append(with_source(FIRMWARE.compare(subject, expectation, item.version,
                                                          f"{item.name} firmware"), facts))
     return findings
-
-
-def stable_id(item: FirmwareItem) -> str:
-    """An id that survives updates: Dell's inventory ids carry the version ("Installed-159-2.3.5__BIOS.Setup.1-1")."""
-    ident = item.component_id or item.name
-    return ident.split("__", 1)[1] if "__" in ident else ident
 
 
 def component_model(item: FirmwareItem) -> str:

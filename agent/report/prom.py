@@ -1,59 +1,87 @@
-"""node_exporter textfile output, built with prometheus-client.
+"""Prometheus exposition of findings: the audit's textfile output and the daemon's /metrics.
 
 Every finding exports one series per possible status (1 for the current one,
 0 for the others), so an alert on `status="fail"` never silently loses its
-series when a check stops failing or stops running.
+series when a check stops failing or stops running. Metric names and labels
+are the contract in docs/metrics.md.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from agent import __version__
 from agent.engine import Report
 from agent.model import Status
 
 STATUSES = [s.value for s in Status]
+SEVERITIES = ("info", "warning", "critical")
+
+
+def report_families(report: Report) -> list[Metric]:
+    """Findings, sources, profile and version: what an audit knows."""
+    status = GaugeMetricFamily("nodewarden_check_status", "1 for the finding's current status, 0 for the others",
+                               labels=["check", "subject", "severity", "status"])
+    waived = GaugeMetricFamily("nodewarden_check_waived", "1 if the finding is covered by an unexpired waiver",
+                               labels=["check", "subject"])
+    totals = GaugeMetricFamily("nodewarden_findings", "Findings by status and severity (waived counted as waived)",
+                               labels=["status", "severity"])
+    source_up = GaugeMetricFamily("nodewarden_source_up", "1 if the source answered its last read, 0 if not",
+                                  labels=["source"])
+    source_duration = GaugeMetricFamily("nodewarden_source_duration_seconds", "Time spent on the source's last read",
+                                        labels=["source"])
+    profile = GaugeMetricFamily("nodewarden_profile_info", "The profile the node is judged by", labels=["profile"])
+    build = GaugeMetricFamily("nodewarden_build_info", "nodewarden version", labels=["version"])
+    last = GaugeMetricFamily("nodewarden_audit_timestamp_seconds", "When the checks last ran (Unix time)")
+    duration = GaugeMetricFamily("nodewarden_audit_duration_seconds", "How long the last audit took")
+
+    seen: set[tuple[str, str]] = set()
+    counts: dict[tuple[str, str], int] = {}
+    for finding in report.findings:
+        key = (finding.check, finding.subject)
+        counts_key = ("waived" if finding.waiver else finding.status.value, finding.severity.value)
+        counts[counts_key] = counts.get(counts_key, 0) + 1
+        if key in seen:  # a series must be unique; the first finding for a subject wins
+            continue
+        seen.add(key)
+        for value in STATUSES:
+            status.add_metric([finding.check, finding.subject, finding.severity.value, value],
+                              1 if finding.status.value == value else 0)
+        waived.add_metric([finding.check, finding.subject], 1 if finding.waiver else 0)
+    for value in [*STATUSES, "waived"]:
+        for severity in SEVERITIES:
+            totals.add_metric([value, severity], counts.get((value, severity), 0))
+    for name, src in sorted(report.sources.items()):
+        if src.configured:
+            source_up.add_metric([name], 1 if src.ok else 0)
+            source_duration.add_metric([name], src.duration_s)
+    profile.add_metric([report.profile], 1)
+    build.add_metric([__version__], 1)
+    last.add_metric([], dt.datetime.fromisoformat(report.started_at).timestamp())
+    duration.add_metric([], report.duration_s)
+    return [status, waived, totals, source_up, source_duration, profile, build, last, duration]
+
+
+class FixedCollector(Collector):
+    """Yields metric families built elsewhere (never reads anything at collection time)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def render_families(families: Iterable[Metric]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FixedCollector(families))
+    return generate_latest(registry)
 
 
 def render_prom(report: Report) -> str:
-    registry = CollectorRegistry()
-    status = Gauge("nodewarden_check_status", "1 for the finding's current status, 0 for the others",
-                   ["check", "subject", "severity", "status"], registry=registry)
-    waived = Gauge("nodewarden_check_waived", "1 if the finding is covered by an unexpired waiver",
-                   ["check", "subject"], registry=registry)
-    totals = Gauge("nodewarden_findings", "Findings by status and severity (waived counted as waived)",
-                   ["status", "severity"], registry=registry)
-    source_up = Gauge("nodewarden_source_up", "1 if the source answered, 0 if it did not",
-                      ["source"], registry=registry)
-    source_duration = Gauge("nodewarden_source_duration_seconds", "Time spent reading the source",
-                            ["source"], registry=registry)
-    profile = Gauge("nodewarden_profile_info", "The profile the node was judged by", ["profile"],
-                    registry=registry)
-    build = Gauge("nodewarden_build_info", "nodewarden version", ["version"], registry=registry)
-    last = Gauge("nodewarden_audit_timestamp_seconds", "When the audit ran (Unix time)", registry=registry)
-    duration = Gauge("nodewarden_audit_duration_seconds", "How long the audit took", registry=registry)
-
-    for finding in report.findings:
-        for value in STATUSES:
-            status.labels(finding.check, finding.subject, finding.severity.value, value).set(
-                1 if finding.status.value == value else 0)
-        waived.labels(finding.check, finding.subject).set(1 if finding.waiver else 0)
-    counts: dict[tuple[str, str], int] = {}
-    for finding in report.findings:
-        key = ("waived" if finding.waiver else finding.status.value, finding.severity.value)
-        counts[key] = counts.get(key, 0) + 1
-    for value in [*STATUSES, "waived"]:
-        for severity in ("info", "warning", "critical"):
-            totals.labels(value, severity).set(counts.get((value, severity), 0))
-    for name, src in report.sources.items():
-        if src.configured:
-            source_up.labels(name).set(1 if src.ok else 0)
-            source_duration.labels(name).set(src.duration_s)
-    profile.labels(report.profile).set(1)
-    build.labels(__version__).set(1)
-    last.set(dt.datetime.fromisoformat(report.started_at).timestamp())
-    duration.set(report.duration_s)
-    return generate_latest(registry).decode("utf-8")
+    return render_families(report_families(report)).decode("utf-8")

@@ -10,7 +10,11 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Iterable
+import select
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agent.facts import KmsgRecord
@@ -107,3 +111,116 @@ def read_live_kmsg(device: str = KMSG_DEVICE) -> tuple[tuple[KmsgRecord, ...] | 
     finally:
         os.close(fd)
     return parse_kmsg_text(raw), raw
+
+
+class KmsgFollower:
+    """Follows the kernel log: /dev/kmsg live (blocking reads), or a recorded file as it grows.
+
+    The records seen so far (bounded) are kept for the checks; `on_new` gets
+    each batch of new records as soon as it arrives, so an Xid is counted
+    within a poll interval of `poll_s` (a recording) or at once (live).
+    """
+
+    def __init__(self, path: str | Path, live: bool, on_new: Callable[[list[KmsgRecord]], None],
+                 poll_s: float = 0.5) -> None:
+        self.path = str(path)
+        self.live = live
+        self.on_new = on_new
+        self.poll_s = poll_s
+        self.records: deque[KmsgRecord] = deque(maxlen=MAX_RECORDS)
+        self.error: str | None = None
+        self.last_read_s = 0.0  # time.time() of the last successful read
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kmsg", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def snapshot(self) -> tuple[KmsgRecord, ...] | Unknown:
+        with self._lock:
+            if self.error is not None and not self.records:
+                return Unknown(self.error)
+            return tuple(self.records)
+
+    def _deliver(self, lines: list[str]) -> None:
+        batch = [r for r in (parse_kmsg_line(line) for line in lines) if r is not None]
+        with self._lock:
+            self.records.extend(batch)
+            self.error = None
+            self.last_read_s = time.time()
+        if batch:
+            self.on_new(batch)
+
+    def _alive(self) -> None:
+        """The log was read (nothing new is news too): a quiet kernel is not a stale source."""
+        with self._lock:
+            self.error = None
+            self.last_read_s = time.time()
+
+    def _fail(self, reason: str) -> None:
+        with self._lock:
+            self.error = reason
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow_device() if self.live else self._follow_file()
+            except OSError as exc:
+                self._fail(f"{self.path}: {exc.strerror or exc}")
+            self._stop.wait(5.0)  # reopen after an error, gently
+
+    def _follow_device(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except PermissionError:
+            self._fail(f"{self.path} is not readable (needs root or CAP_SYSLOG)")
+            return
+        try:
+            self._deliver([])
+            while not self._stop.is_set():
+                lines: list[str] = []
+                while len(lines) < 1000:
+                    try:
+                        chunk = os.read(fd, _RECORD_BYTES)
+                    except BlockingIOError:
+                        break
+                    except OSError as exc:
+                        if exc.errno == errno.EPIPE:
+                            continue  # overwritten while we read: go on with the next record
+                        raise
+                    if not chunk:
+                        break
+                    lines.extend(x for x in chunk.decode("utf-8", "backslashreplace").split("\n")
+                                 if x and not x.startswith(" "))
+                if lines:
+                    self._deliver(lines)
+                    continue
+                self._alive()
+                select.select([fd], [], [], self.poll_s)  # wake on the next record, or to check for stop
+        finally:
+            os.close(fd)
+
+    def _follow_file(self) -> None:
+        offset, partial = 0, b""
+        self._deliver([])
+        while not self._stop.is_set():
+            size = os.stat(self.path).st_size
+            if size < offset:  # replaced or truncated: start over (the counters keep what they saw)
+                offset, partial = 0, b""
+                with self._lock:
+                    self.records.clear()
+            if size > offset:
+                with open(self.path, "rb") as handle:
+                    handle.seek(offset)
+                    data = handle.read(size - offset)
+                offset += len(data)
+                data, partial = partial + data, b""
+                if not data.endswith(b"\n"):
+                    data, _, partial = data.rpartition(b"\n")
+                self._deliver(data.decode("utf-8", "backslashreplace").splitlines())
+            self._alive()
+            self._stop.wait(self.poll_s)

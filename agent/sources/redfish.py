@@ -826,9 +826,16 @@ def _log_entries(res: dict[str, dict[str, Any]]) -> tuple[BmcLogEntry, ...]:
 # --- reading with a deadline ------------------------------------------------------------------------
 
 
+SENSOR_START = (f"{ROOT}/Chassis",)  # thermal, power, fans, PSUs, leak detectors: what changes minute to minute
+
+
 def read_redfish(make_transport: Callable[[], Transport], *, concurrency: int = 4, deadline_s: float = 30.0,
-                 insecure: bool = False) -> tuple[BmcFacts | Unknown, SourceStatus, Transport | None]:
-    """Connect, walk, parse. Never raises; never blocks much past `deadline_s`."""
+                 insecure: bool = False, paths: tuple[str, ...] = (ROOT,),
+                 ) -> tuple[BmcFacts | Unknown, SourceStatus, Transport | None]:
+    """Connect, walk (from `paths`: the whole service, or e.g. SENSOR_START), parse.
+
+    Never raises; never blocks much past `deadline_s`.
+    """
     start = time.monotonic()
     outcome: dict[str, Any] = {}
 
@@ -857,7 +864,7 @@ def read_redfish(make_transport: Callable[[], Transport], *, concurrency: int = 
     transport: Transport = outcome["transport"]
     walk = Walk(transport, concurrency=concurrency, deadline_s=max(0.1, deadline_s - (time.monotonic() - start)))
     try:
-        walk.run()
+        walk.run(paths)
     finally:
         closer = threading.Thread(target=transport.close, daemon=True)
         closer.start()

@@ -1,0 +1,505 @@
+"""`nodewarden daemon`: poll each source on its own interval, judge cached facts, serve /metrics.
+
+Threads, and why:
+* one poller per source (host, nvml, bmc_sensors, bmc_inventory), each
+  running its read in a throw-away worker bounded by a timeout: a hung NVML
+  call or a BMC that never answers marks that source down and leaves the
+  others alone; a poll that is still hung is not started again;
+* a kernel-log follower, so an Xid is counted within a second, not a poll;
+* the HTTP server, which only hands out bytes rendered at the last
+  evaluation (a scrape never waits for hardware);
+* the main thread: evaluates the checks when a source brought news, logs
+  what changed, publishes metrics, pings the systemd watchdog, and handles
+  SIGHUP (reload) and SIGTERM (exit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent import sdnotify
+from agent.config import Config, load_config
+from agent.credentials import BmcOptions, read_password_file
+from agent.engine import AuditRequest, NodeSource, Report, evaluate, open_node, read_bmc
+from agent.errors import ConfigError, NodewardenError
+from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
+from agent.metrics import MetricsServer, NodeMetrics, ServerSettings
+from agent.model import SourceStatus, Status, Unknown, Unsupported
+from agent.profiles import ProfileStore
+from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
+from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower
+from agent.sources.xid import parse_xid
+
+log = logging.getLogger("nodewarden.daemon")
+
+DEFAULT_LISTEN = ("127.0.0.1", 9847)
+# Seconds. NVML reads every GPU fact in one pass of cheap driver calls, so the fast interval
+# covers configuration too; the BMC is walked from the chassis for sensors, and whole (firmware,
+# BIOS, logs) rarely: BMCs are small and slow.
+DEFAULT_INTERVALS = {"nvml": 15.0, "host": 60.0, "bmc_sensors": 120.0, "bmc_inventory": 3600.0}
+DEFAULT_TIMEOUTS = {"nvml": 10.0, "host": 20.0, "bmc_sensors": 60.0, "bmc_inventory": 120.0}
+SENSOR_PARTS = ("temperatures", "fans", "psus", "redundancy", "power_consumed_w", "leak_detectors")
+EVALUATE_AT_MOST_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    server: ServerSettings = field(default_factory=ServerSettings)
+    intervals: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_INTERVALS))
+    timeouts: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIMEOUTS))
+    auto_apply: bool = False
+    auto_apply_interval_s: float = 300.0
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"listen address must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def daemon_settings(config: Config, listen: str | None) -> DaemonSettings:
+    """Settings from the config's `daemon:` section; --listen wins over it."""
+    section = config.daemon
+    host, port = parse_listen(listen or section.get("listen") or f"{DEFAULT_LISTEN[0]}:{DEFAULT_LISTEN[1]}")
+    cert, key = section.get("tls_cert_file"), section.get("tls_key_file")
+    if bool(cert) != bool(key):
+        raise ConfigError("daemon: tls_cert_file and tls_key_file go together", path=str(config.path),
+                          line=config.daemon_lines.get("tls_cert_file") or config.daemon_lines.get("tls_key_file"))
+    user, password_file = section.get("basic_auth_user"), section.get("basic_auth_password_file")
+    if bool(user) != bool(password_file):
+        raise ConfigError("daemon: basic_auth_user and basic_auth_password_file go together", path=str(config.path),
+                          line=config.daemon_lines.get("basic_auth_user"))
+    password = read_password_file(Path(password_file)) if password_file else None
+    return DaemonSettings(
+        server=ServerSettings(host=host, port=port, tls_cert=Path(cert) if cert else None,
+                              tls_key=Path(key) if key else None, user=user, password=password),
+        intervals={**DEFAULT_INTERVALS, **section.get("intervals", {})},
+        timeouts={**DEFAULT_TIMEOUTS, **section.get("timeouts", {})},
+        auto_apply=bool(section.get("auto_apply", False)),
+        auto_apply_interval_s=float(section.get("auto_apply_interval_s", 300.0)),
+    )
+
+
+@dataclass
+class PollResult:
+    value: Any
+    statuses: dict[str, SourceStatus]
+    finished_at: float  # time.time()
+
+
+class SourcePoller:
+    """Runs `read` every `interval()` seconds in a worker bounded by `timeout()`."""
+
+    def __init__(self, name: str, read: Callable[[], tuple[Any, dict[str, SourceStatus]]], reports: tuple[str, ...],
+                 interval: Callable[[], float], timeout: Callable[[], float],
+                 on_result: Callable[[str, PollResult], None], stop: threading.Event) -> None:
+        self.name = name
+        self.reports = reports  # the sources a failed poll is reported under
+        self._read, self._interval, self._timeout = read, interval, timeout
+        self._on_result, self._stop = on_result, stop
+        self._hung: threading.Thread | None = None
+        self._hung_since = 0.0
+        self._wake = threading.Event()
+        self.polls = 0
+        self.thread = threading.Thread(target=self._loop, name=f"poll-{name}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def poll_now(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            result = self._poll()
+            self.polls += 1
+            self._on_result(self.name, result)
+            delay = max(0.0, started + self._interval() - time.monotonic())
+            self._wake.wait(delay)
+            self._wake.clear()
+
+    def _failed(self, error: str, duration_s: float = 0.0) -> PollResult:
+        return PollResult(None, {name: SourceStatus(name, ok=False, error=error, duration_s=duration_s)
+                                 for name in self.reports}, time.time())
+
+    def _poll(self) -> PollResult:
+        timeout = self._timeout()
+        if self._hung is not None and self._hung.is_alive():
+            return self._failed(f"the previous read has not returned after {time.monotonic() - self._hung_since:.0f} s")
+        self._hung = None
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["value"] = self._read()
+            except NodewardenError as exc:
+                box["error"] = str(exc)
+            except Exception as exc:
+                log.exception("reading %s failed", self.name)
+                box["error"] = f"{type(exc).__name__}: {exc}"
+
+        start = time.monotonic()
+        worker = threading.Thread(target=work, name=f"read-{self.name}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        elapsed = time.monotonic() - start
+        if worker.is_alive():
+            self._hung, self._hung_since = worker, start
+            return self._failed(f"timed out after {timeout:g} s", elapsed)
+        if "error" in box:
+            return self._failed(box["error"], elapsed)
+        value, statuses = box["value"]
+        return PollResult(value, statuses, time.time())
+
+
+class Daemon:
+    def __init__(self, request: AuditRequest, settings: DaemonSettings, config_path: Path | None,
+                 listen_override: str | None, cli_bmc: Callable[[Config], BmcOptions]) -> None:
+        self.request = request
+        self.settings = settings
+        self._config_path, self._listen_override, self._cli_bmc = config_path, listen_override, cli_bmc
+        self.store = ProfileStore(request.config.profile_dirs, request.config.overrides_file)
+        self.node: NodeSource = open_node(request)
+        self.stop = threading.Event()
+        self._reload = threading.Event()
+        self._changed = threading.Event()
+        self._lock = threading.Lock()
+        self._results: dict[str, PollResult] = {}
+        self._last_success: dict[str, float] = {}
+        self._xids: dict[tuple[str, int], int] = {}
+        self._sysctl_keys: tuple[str, ...] = ()
+        self._body = b""
+        self._report: Report | None = None
+        self._previous: dict[tuple[str, str], str] | None = None
+        self._source_state: dict[str, bool] = {}
+        self._last_auto_apply = 0.0
+        self._auto_apply_thread: threading.Thread | None = None
+        self.pollers = self._make_pollers()
+        self.kmsg = self._make_follower()
+        self.server = MetricsServer(settings.server, lambda: self._body)
+
+    # --- sources -------------------------------------------------------------------------------
+
+    def _make_pollers(self) -> list[SourcePoller]:
+        def interval(name: str) -> Callable[[], float]:
+            return lambda: self.settings.intervals[name]
+
+        def timeout(name: str) -> Callable[[], float]:
+            return lambda: self.settings.timeouts[name]
+
+        readers: dict[str, tuple[Callable[[], tuple[Any, dict[str, SourceStatus]]], tuple[str, ...]]] = {}
+        if self.node.captured("host") and self.node.fs is not None:
+            readers["host"] = (self._read_host, ("host",))
+        if self.node.captured("nvml"):
+            readers["nvml"] = (self._read_nvml, ("nvml",))
+        if self._bmc_protocols:
+            readers["bmc_inventory"] = (lambda: self._read_bmc(sensors_only=False), self._bmc_protocols)
+            readers["bmc_sensors"] = (lambda: self._read_bmc(sensors_only=True), self._bmc_protocols)
+        return [SourcePoller(name, read, reports, interval(name), timeout(name), self._on_result, self.stop)
+                for name, (read, reports) in readers.items()]
+
+    @property
+    def _bmc_protocols(self) -> tuple[str, ...]:
+        """The BMC protocols this node is read with: named on the command line, else the snapshot's."""
+        bmc, snap = self.request.bmc, self.node.snapshot
+        if bmc.configured or snap is None:
+            return tuple(n for n, on in (("redfish", bool(bmc.url)), ("ipmi", bool(bmc.ipmi_host))) if on)
+        return tuple(n for n in ("redfish", "ipmi") if snap.has(n))
+
+    def _read_host(self) -> tuple[HostFacts, dict[str, SourceStatus]]:
+        fs = self.node.fs
+        assert fs is not None
+        start = time.monotonic()
+        host = read_host_facts(fs)
+        missing = [k for k in self._sysctl_keys if k not in host.sysctl]
+        host.sysctl.update(read_sysctls(fs, missing))
+        return host, {"host": SourceStatus("host", ok=True, duration_s=time.monotonic() - start)}
+
+    def _read_nvml(self) -> tuple[NvmlFacts | Unknown, dict[str, SourceStatus]]:
+        facts, status = self.node.read_nvml(self.settings.timeouts["nvml"])
+        return facts, {"nvml": status}
+
+    def _read_bmc(self, sensors_only: bool) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
+        return read_bmc(self.node, self.request.bmc, sensors_only=sensors_only)
+
+    def _make_follower(self) -> KmsgFollower | None:
+        if self.node.snapshot is None:
+            return KmsgFollower(KMSG_DEVICE, live=True, on_new=self._on_kmsg)
+        if self.node.snapshot.has("kmsg") and self.node.snapshot.kmsg_path.is_file():
+            return KmsgFollower(self.node.snapshot.kmsg_path, live=False, on_new=self._on_kmsg)
+        return None
+
+    def _on_kmsg(self, records: list[KmsgRecord]) -> None:
+        new = [event for event in (parse_xid(r) for r in records) if event is not None]
+        with self._lock:
+            for event in new:
+                key = (event.pci_bus_id, event.xid)
+                self._xids[key] = self._xids.get(key, 0) + 1
+        for event in new:
+            log.warning("Xid %d on %s: %s", event.xid, event.pci_bus_id, event.message,
+                        extra={"fields": {"event": "xid", "xid": event.xid, "pci": event.pci_bus_id}})
+        self._changed.set()
+
+    def _on_result(self, name: str, result: PollResult) -> None:
+        with self._lock:
+            self._results[name] = result
+            for source, status in result.statuses.items():
+                if status.ok and status.configured:
+                    self._last_success[source] = result.finished_at
+        self._changed.set()
+
+    # --- judging -------------------------------------------------------------------------------
+
+    def _sources_now(self) -> tuple[HostFacts, NvmlFacts | Unknown, BmcFacts | Unknown,
+                                    dict[str, SourceStatus]]:
+        with self._lock:
+            results = dict(self._results)
+        sources: dict[str, SourceStatus] = {}
+        host_result = results.get("host")
+        host = host_result.value if host_result and isinstance(host_result.value, HostFacts) else (
+            absent_host_facts("not read yet" if self.node.captured("host") else "not in this snapshot"))
+        if host_result:
+            sources.update(host_result.statuses)
+        else:
+            sources["host"] = SourceStatus("host", ok=False, configured=self.node.captured("host"),
+                                           error="not read yet" if self.node.captured("host") else "not in snapshot")
+        nvml_result = results.get("nvml")
+        nvml: NvmlFacts | Unknown = Unsupported("not in snapshot") if not self.node.captured("nvml") else (
+            Unknown("not read yet"))
+        if nvml_result:
+            sources.update(nvml_result.statuses)
+            nvml = nvml_result.value if nvml_result.value is not None else Unknown(
+                nvml_result.statuses["nvml"].error or "not read")
+        elif self.node.captured("nvml"):
+            sources["nvml"] = SourceStatus("nvml", ok=False, error="not read yet")
+        else:
+            sources["nvml"] = SourceStatus("nvml", ok=False, configured=False, error="not in snapshot")
+        bmc, bmc_sources = self._bmc_now(results)
+        sources.update(bmc_sources)
+        if self.kmsg is not None:
+            error = self.kmsg.error
+            sources["kmsg"] = SourceStatus("kmsg", ok=error is None, error=error)
+        else:
+            sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
+        return host, nvml, bmc, sources
+
+    def _bmc_now(self, results: dict[str, PollResult]) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
+        """The inventory walk's facts with the newer sensor readings; statuses from the newest poll."""
+        protocols = self._bmc_protocols
+        statuses = {name: SourceStatus(name, ok=False, configured=name in protocols,
+                                       error="not read yet" if name in protocols else "not configured")
+                    for name in ("redfish", "ipmi")}
+        inventory, sensors = results.get("bmc_inventory"), results.get("bmc_sensors")
+        polled = [r for r in (inventory, sensors) if r is not None]
+        if not polled:
+            return (Unknown("not read yet") if protocols else Unsupported("no BMC configured")), statuses
+        newest = max(polled, key=lambda r: r.finished_at)
+        statuses.update(newest.statuses)
+        base = inventory.value if inventory is not None and isinstance(inventory.value, BmcFacts) else None
+        if base is not None and newest is sensors:
+            fresh = sensors.value
+            if isinstance(fresh, BmcFacts):
+                return base._replace(**{part: getattr(fresh, part) for part in SENSOR_PARTS}), statuses
+            # The sensor poll failed after the inventory: its readings are gone, and say why.
+            errors = "; ".join(f"{n}: {s.error}" for n, s in sorted(newest.statuses.items()) if not s.ok)
+            gone = Unknown(f"the BMC did not answer the sensor poll ({errors or 'no data'})")
+            replaced: dict[str, Any] = {part: gone for part in SENSOR_PARTS}
+            return base._replace(**replaced), statuses
+        if base is not None:
+            return base, statuses
+        if isinstance(newest.value, (BmcFacts, Unknown)):
+            return newest.value, statuses
+        errors = "; ".join(f"{n}: {s.error}" for n, s in sorted(newest.statuses.items()) if not s.ok)
+        return Unknown(errors or "not read"), statuses
+
+    def evaluate(self) -> Report:
+        host, nvml, bmc, sources = self._sources_now()
+        kmsg = self.kmsg.snapshot() if self.kmsg is not None else Unsupported("the snapshot holds no kernel log")
+        started = dt.datetime.now(dt.timezone.utc)
+        report = evaluate(self.request, self.store, self.node, host, nvml, kmsg, bmc, sources, started, 0.0)
+        profile = self.store.profile(report.profile)
+        self._sysctl_keys = tuple(profile.sysctl_keys)
+        return report
+
+    def publish(self, report: Report) -> None:
+        with self._lock:
+            last = {source: self._last_success.get(source, 0.0) for source in report.sources
+                    if report.sources[source].configured}
+            xids = dict(self._xids)
+        if self.kmsg is not None and "kmsg" in last:
+            last["kmsg"] = self.kmsg.last_read_s
+        self._report = report
+        self._body = NodeMetrics(report, last, xids).render()  # one assignment: scrapes see old or new
+
+    def log_changes(self, report: Report) -> None:
+        current = {(f.check, f.subject): ("waived" if f.waiver else f.status.value) for f in report.findings}
+        messages = {(f.check, f.subject): f for f in report.findings}
+        previous = self._previous
+        if previous is None:
+            summary = report.summary()
+            log.info("first evaluation: profile %s, %d fail, %d warn, %d unknown, %d pass", report.profile,
+                     summary["fail"], summary["warn"], summary["unknown"], summary["pass"],
+                     extra={"fields": {"event": "evaluated", "profile": report.profile, **summary}})
+        for key, status in sorted(current.items()):
+            before = previous.get(key) if previous is not None else None
+            if before == status or (previous is None and status in ("pass", "skip", "waived")):
+                continue
+            finding = messages[key]
+            level = logging.WARNING if status in (Status.FAIL.value, Status.UNKNOWN.value) else logging.INFO
+            log.log(level, "%s %s: %s -> %s: %s", key[0], key[1], before or "new", status, finding.message,
+                    extra={"fields": {"event": "finding_changed", "check": key[0], "subject": key[1],
+                                      "from": before, "to": status, "severity": finding.severity.value}})
+        if previous is not None:
+            for key in sorted(set(previous) - set(current)):
+                log.info("%s %s: %s -> gone", key[0], key[1], previous[key],
+                         extra={"fields": {"event": "finding_changed", "check": key[0], "subject": key[1],
+                                           "from": previous[key], "to": None}})
+        self._previous = current
+        for name, src in sorted(report.sources.items()):
+            if not src.configured:
+                continue
+            was = self._source_state.get(name)
+            if was is None and src.ok:
+                self._source_state[name] = True
+                continue
+            if was != src.ok:
+                level = logging.INFO if src.ok else logging.WARNING
+                log.log(level, "source %s %s%s", name, "up" if src.ok else "down",
+                        "" if src.ok else f": {src.error}",
+                        extra={"fields": {"event": "source_changed", "source": name, "up": src.ok,
+                                          "error": src.error}})
+                self._source_state[name] = src.ok
+
+    # --- auto-apply ----------------------------------------------------------------------------
+
+    def maybe_auto_apply(self, report: Report) -> None:
+        if not self.settings.auto_apply or self.request.simulate is not None:
+            return
+        fixable = [f for f in report.findings if f.remediation and f.waiver is None
+                   and f.status in (Status.FAIL, Status.WARN)]
+        running = self._auto_apply_thread is not None and self._auto_apply_thread.is_alive()
+        if not fixable or running or time.monotonic() - self._last_auto_apply < self.settings.auto_apply_interval_s:
+            return
+        self._last_auto_apply = time.monotonic()
+        self._auto_apply_thread = threading.Thread(target=self._auto_apply, name="auto-apply", daemon=True)
+        self._auto_apply_thread.start()
+
+    def _auto_apply(self) -> None:
+        from agent.remediate import RemediationRequest, remediate
+        from remediations import ActionClass, Outcome
+
+        request = RemediationRequest(audit=self.request, apply=True, allow=frozenset({ActionClass.SAFE}),
+                                     state_dir=self.request.config.state_dir)
+        try:
+            result = remediate(request, self.store)
+        except NodewardenError as exc:
+            log.warning("auto-apply could not run: %s", exc,
+                        extra={"fields": {"event": "auto_apply", "error": str(exc)}})
+            return
+        for action in result.actions:
+            if action.outcome in (Outcome.APPLIED, Outcome.FAILED, Outcome.REFUSED):
+                log.warning("auto-apply %s: %s (%s -> %s)%s", action.id, action.outcome.value, action.before,
+                            action.after, f": {action.refused or action.error}" if action.refused or action.error
+                            else "", extra={"fields": {"event": "auto_apply", "action": action.id,
+                                                       "outcome": action.outcome.value, "run_id": result.run_id}})
+        if result.changed:
+            for poller in self.pollers:
+                if poller.name in ("host", "nvml"):
+                    poller.poll_now()  # see the fix now, not at the next interval
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """SIGHUP: config, profiles and waivers again; a bad config keeps the running one."""
+        try:
+            config = load_config(self._config_path)
+            settings = daemon_settings(config, self._listen_override)
+            store = ProfileStore(config.profile_dirs, config.overrides_file)
+            store.profile(self.request.profile) if self.request.profile not in (None, "auto") else None
+            request = dataclasses.replace(self.request, config=config, bmc=self._cli_bmc(config))
+        except NodewardenError as exc:
+            log.error("reload failed, keeping the running configuration: %s", exc,
+                      extra={"fields": {"event": "reload", "ok": False, "error": str(exc)}})
+            return
+        if settings.server != self.settings.server:
+            log.warning("the listen address, TLS and basic-auth settings take effect at the next restart",
+                        extra={"fields": {"event": "reload", "restart_needed": True}})
+            settings = dataclasses.replace(settings, server=self.settings.server)
+        self.request, self.settings, self.store = request, settings, store
+        log.info("reloaded %s", config.path or "the default configuration",
+                 extra={"fields": {"event": "reload", "ok": True}})
+        self._changed.set()
+
+    def _on_hup(self, *_: Any) -> None:
+        self._reload.set()
+        self._changed.set()
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop.set())
+        signal.signal(signal.SIGHUP, self._on_hup)
+        self.server.start()
+        host, port = self.server.address
+        log.info("serving metrics on %s://%s:%d/metrics", "https" if self.settings.server.tls_cert else "http",
+                 host, port, extra={"fields": {"event": "listening", "host": host, "port": port}})
+        for poller in self.pollers:
+            poller.start()
+        if self.kmsg is not None:
+            self.kmsg.start()
+        watchdog = sdnotify.watchdog_interval_s()
+        next_ping = time.monotonic()
+        ready = False
+        last_evaluation = 0.0
+        while not self.stop.is_set():
+            wait = 1.0 if watchdog is None else min(1.0, max(0.0, next_ping - time.monotonic()))
+            self._changed.wait(wait)
+            if self.stop.is_set():
+                break
+            if self._reload.is_set():
+                self._reload.clear()
+                sdnotify.notify("RELOADING=1")
+                self.reload()
+                sdnotify.notify("READY=1")
+            # Judge only once every source has been read (or given up on) once: a half-read node
+            # would match the wrong profile and log a flood of "not read yet".
+            collected = all(p.polls > 0 for p in self.pollers)
+            if collected and self._changed.is_set() and (
+                    time.monotonic() - last_evaluation >= EVALUATE_AT_MOST_EVERY_S):
+                self._changed.clear()
+                last_evaluation = time.monotonic()
+                self._evaluate_and_publish()
+                if not ready:
+                    ready = True
+                    sdnotify.notify("READY=1\nSTATUS=first collection done")
+                    log.info("ready: every source read once", extra={"fields": {"event": "ready"}})
+            if watchdog is not None and time.monotonic() >= next_ping:
+                sdnotify.notify("WATCHDOG=1")
+                next_ping = time.monotonic() + watchdog
+        sdnotify.notify("STOPPING=1")
+        log.info("stopping", extra={"fields": {"event": "stopping"}})
+        if self.kmsg is not None:
+            self.kmsg.stop()
+        self.server.stop()
+        return 0
+
+    def _evaluate_and_publish(self) -> None:
+        try:
+            report = self.evaluate()
+        except NodewardenError as exc:  # e.g. a profile that stopped matching: keep the last metrics
+            log.error("evaluation failed: %s", exc, extra={"fields": {"event": "evaluate", "error": str(exc)}})
+            return
+        self.publish(report)
+        self.log_changes(report)
+        self.maybe_auto_apply(report)

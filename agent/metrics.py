@@ -1,0 +1,297 @@
+"""The daemon's /metrics: families built from cached facts, and the HTTP server that serves them.
+
+Nothing here reads hardware. The daemon builds the exposition once per
+evaluation (`NodeMetrics.render`) and the server hands those bytes out, with
+prometheus-client's process metrics appended per scrape, so a scrape costs
+the same whether the BMC answers or hangs. Names: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import logging
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from agent.credentials import Secret
+from agent.engine import Report
+from agent.errors import NodewardenError
+from agent.facts import BmcFacts, NvmlFacts
+from agent.model import Unknown
+from agent.report.prom import render_families, report_families
+
+log = logging.getLogger(__name__)
+HEALTH_STATES = ("ok", "warning", "critical", "absent", "unknown")
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not isinstance(value, Unknown)
+
+
+def _health(state: str | None, health: str | None) -> str:
+    if state == "Absent":
+        return "absent"
+    return {"ok": "ok", "warning": "warning", "critical": "critical"}.get(str(health or "").lower(), "unknown")
+
+
+@dataclass
+class NodeMetrics:
+    """Everything /metrics shows, as of one evaluation."""
+
+    report: Report | None
+    last_success: dict[str, float] = field(default_factory=dict)  # source -> Unix time (0: never)
+    xid_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # (PCI address, xid) -> events
+
+    def families(self) -> list[Metric]:
+        families: list[Metric] = report_families(self.report) if self.report is not None else []
+        last = GaugeMetricFamily("nodewarden_source_last_success_timestamp_seconds",
+                                 "Unix time of the source's last successful read (0: never)", labels=["source"])
+        for source, stamp in sorted(self.last_success.items()):
+            last.add_metric([source], stamp)
+        families.append(last)
+        facts = self.report.facts if self.report is not None else None
+        nvml = facts.nvml if facts is not None else None
+        bmc = facts.bmc if facts is not None else None
+        families += gpu_families(nvml if isinstance(nvml, NvmlFacts) else None)
+        families += bmc_families(bmc if isinstance(bmc, BmcFacts) else None)
+        families.append(firmware_family(nvml if isinstance(nvml, NvmlFacts) else None,
+                                        bmc if isinstance(bmc, BmcFacts) else None))
+        host = facts.host if facts is not None else None
+        pci_gpus = host.nvidia_gpus if host is not None and isinstance(host.nvidia_gpus, tuple) else ()
+        families.append(xid_family(self.xid_counts, nvml if isinstance(nvml, NvmlFacts) else None,
+                                   tuple(sorted(g.address for g in pci_gpus))))
+        return families
+
+    def render(self) -> bytes:
+        return render_families(self.families())
+
+
+def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
+    labels = ["gpu", "uuid"]
+    up = GaugeMetricFamily("nodewarden_gpu_up", "1 if the GPU answered its last NVML read", labels=labels)
+    temp = GaugeMetricFamily("nodewarden_gpu_temperature_celsius", "GPU core temperature", labels=labels)
+    margin = GaugeMetricFamily("nodewarden_gpu_thermal_margin_celsius",
+                               "Slowdown threshold minus temperature (low: about to throttle)", labels=labels)
+    power = GaugeMetricFamily("nodewarden_gpu_power_watts", "GPU power draw", labels=labels)
+    limit = GaugeMetricFamily("nodewarden_gpu_power_limit_watts", "GPU power limits", labels=[*labels, "limit"])
+    ecc = GaugeMetricFamily("nodewarden_gpu_ecc_errors", "ECC error counts as NVML reports them",
+                            labels=[*labels, "type", "scope"])
+    remap = GaugeMetricFamily("nodewarden_gpu_remapped_rows", "HBM row remaps", labels=[*labels, "type"])
+    nvlink = GaugeMetricFamily("nodewarden_gpu_nvlink_active_links", "NVLink links in the active state",
+                               labels=labels)
+    width = GaugeMetricFamily("nodewarden_gpu_pcie_link_width", "PCIe link width", labels=[*labels, "which"])
+    families: list[Metric] = [up, temp, margin, power, limit, ecc, remap, nvlink, width]
+    if nvml is None:
+        return families
+    for gpu in nvml.gpus:
+        key = [str(gpu.index), gpu.uuid if isinstance(gpu.uuid, str) else ""]
+        readable = gpu.lost is None and not isinstance(gpu.name, Unknown)
+        up.add_metric(key, 1 if readable else 0)
+        if not readable:
+            continue
+        _add(temp, key, gpu.temperature_c)
+        if _known(gpu.temperature_c) and _known(gpu.slowdown_c):
+            margin.add_metric(key, float(gpu.slowdown_c) - float(gpu.temperature_c))  # type: ignore[arg-type]
+        _add(power, key, gpu.power_w)
+        for name, value in (("enforced", gpu.enforced_limit_w), ("default", gpu.default_limit_w),
+                            ("min", gpu.min_limit_w), ("max", gpu.max_limit_w)):
+            _add(limit, [*key, name], value)
+        for kind, scope, value in (("corrected", "volatile", gpu.ecc_volatile_corrected),
+                                   ("uncorrected", "volatile", gpu.ecc_volatile_uncorrected),
+                                   ("corrected", "aggregate", gpu.ecc_aggregate_corrected),
+                                   ("uncorrected", "aggregate", gpu.ecc_aggregate_uncorrected)):
+            _add(ecc, [*key, kind, scope], value)
+        for kind, value in (("correctable", gpu.remapped_correctable), ("uncorrectable", gpu.remapped_uncorrectable),
+                            ("pending", gpu.remap_pending), ("failure", gpu.remap_failure)):
+            _add(remap, [*key, kind], value)
+        states = gpu.nvlink_states
+        if isinstance(states, tuple):
+            nvlink.add_metric(key, len([state for state in states if state == 1]))
+        _add(width, [*key, "current"], gpu.pcie_width)
+        _add(width, [*key, "max"], gpu.pcie_width_max)
+    return families
+
+
+def _add(family: GaugeMetricFamily, labels: list[str], value: Any) -> None:
+    if _known(value) and isinstance(value, (int, float)):
+        family.add_metric(labels, float(value))
+
+
+def bmc_families(bmc: BmcFacts | None) -> list[Metric]:
+    temps = GaugeMetricFamily("nodewarden_bmc_temperature_celsius", "BMC temperature sensors", labels=["sensor"])
+    psu = GaugeMetricFamily("nodewarden_psu_health", "1 for the PSU's current health, 0 for the others",
+                            labels=["psu", "health"])
+    fan = GaugeMetricFamily("nodewarden_fan_health", "1 for the fan's current health, 0 for the others",
+                            labels=["fan", "health"])
+    redundancy = GaugeMetricFamily("nodewarden_psu_redundancy_ok", "1 if the PSU redundancy group is healthy",
+                                   labels=["group"])
+    families: list[Metric] = [temps, psu, fan, redundancy]
+    if bmc is None:
+        return families
+    if isinstance(bmc.temperatures, tuple):
+        for sensor in bmc.temperatures:
+            if sensor.reading is not None and sensor.state != "Absent":
+                temps.add_metric([sensor.name], sensor.reading)
+    for family, items in ((psu, bmc.psus), (fan, bmc.fans)):
+        if isinstance(items, tuple):
+            for item in items:
+                current = _health(item.state, item.health)
+                for state in HEALTH_STATES:
+                    family.add_metric([item.name, state], 1 if state == current else 0)
+    if isinstance(bmc.redundancy, tuple):
+        for group in bmc.redundancy:
+            ok = str(group.health or "").lower() == "ok" and group.state not in ("Disabled", "UnavailableOffline")
+            redundancy.add_metric([group.name], 1 if ok else 0)
+    return families
+
+
+def firmware_family(nvml: NvmlFacts | None, bmc: BmcFacts | None) -> Metric:
+    info = GaugeMetricFamily("nodewarden_firmware_info", "Firmware and driver versions",
+                             labels=["component", "version"])
+    seen: set[tuple[str, str]] = set()
+
+    def add(component: str, version: Any) -> None:
+        if isinstance(version, str) and version and (component, version) not in seen:
+            seen.add((component, version))
+            info.add_metric([component, version], 1)
+
+    if bmc is not None:
+        add("bmc", bmc.manager_firmware)
+        add("bios", bmc.bios_version)
+        if isinstance(bmc.firmware, tuple):
+            for item in bmc.firmware:
+                if item.installed:
+                    add(item.stable_id, item.version)
+    if nvml is not None:
+        add("driver", nvml.driver_version)
+        for gpu in nvml.gpus:
+            add(f"gpu{gpu.index}.vbios", gpu.vbios)
+    return info
+
+
+def xid_family(counts: dict[tuple[str, int], int], nvml: NvmlFacts | None, pci_gpus: tuple[str, ...] = ()) -> Metric:
+    """Xid events since the daemon started (the boot's earlier ones counted at start); gpu = NVML index.
+
+    A GPU NVML cannot read (fallen off the bus: the Xid that matters most) has no bus id from
+    NVML; NVML numbers GPUs in PCI bus order, so its place among the host's NVIDIA GPUs gives it.
+    """
+    index_of: dict[str, str] = {address: str(number) for number, address in enumerate(pci_gpus)}
+    if nvml is not None:
+        for gpu in nvml.gpus:
+            if isinstance(gpu.pci_bus_id, str):
+                index_of[gpu.pci_bus_id] = str(gpu.index)
+    family = CounterMetricFamily("nodewarden_xid_errors", "Xid events in the kernel log", labels=["gpu", "xid"])
+    for (address, xid), count in sorted(counts.items()):
+        family.add_metric([index_of.get(address, address), str(xid)], count)
+    return family
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 9847
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    user: str | None = None
+    password: Secret | None = None
+
+
+class MetricsServer:
+    """A threaded HTTP(S) server for /metrics; optional basic auth. Never blocks on the daemon."""
+
+    def __init__(self, settings: ServerSettings, body: Callable[[], bytes]) -> None:
+        self.settings = settings
+        self._body = body
+        self._process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self._process)
+        PlatformCollector(registry=self._process)
+        GCCollector(registry=self._process)
+        try:
+            self._httpd = ThreadingHTTPServer((settings.host, settings.port), self._handler())
+        except OSError as exc:
+            raise NodewardenError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}") from None
+        self._httpd.daemon_threads = True
+        if settings.tls_cert is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key) if settings.tls_key else None)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="metrics-http", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _authorized(self, header: str | None) -> bool:
+        settings = self.settings
+        if settings.user is None or settings.password is None:
+            return True
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        # Compare both in constant time, always both (no early exit on the user name).
+        user_ok = hmac.compare_digest(user.encode(), settings.user.encode())
+        password_ok = hmac.compare_digest(password.encode(), settings.password.reveal().encode())
+        return user_ok and password_ok
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "nodewarden"
+            sys_version = ""
+
+            def do_GET(self) -> None:
+                if not server._authorized(self.headers.get("Authorization")):
+                    self._send(401, b"authentication required\n", "text/plain; charset=utf-8",
+                               {"WWW-Authenticate": 'Basic realm="nodewarden"'})
+                    return
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, server._body() + generate_latest(server._process), CONTENT_TYPE_LATEST)
+                elif path in ("/", "/-/healthy"):
+                    self._send(200, b"nodewarden: metrics at /metrics\n", "text/plain; charset=utf-8")
+                else:
+                    self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+            def _send(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("http %s", format % args)  # the request line only; headers are never logged
+
+        return Handler
