@@ -48,10 +48,12 @@ def read_password_file(path: Path) -> Secret:
         raise ConfigError(f"cannot read the password file: {exc.strerror}", path=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
         raise ConfigError("the password file must be a regular file", path=str(path))
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+    if _under_credentials_directory(path):
+        pass  # systemd made it readable for this service alone (owner root plus an ACL on newer systemd)
+    elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConfigError(f"the password file is accessible by group or others (mode {stat.S_IMODE(info.st_mode):04o});"
                           " run chmod 600 on it", path=str(path))
-    if info.st_uid != os.geteuid():
+    elif info.st_uid != os.geteuid():
         raise ConfigError("the password file must be owned by the user running nodewarden", path=str(path))
     try:
         text = path.read_text(encoding="utf-8")
@@ -61,6 +63,16 @@ def read_password_file(path: Path) -> Secret:
     if not password:
         raise ConfigError("the password file is empty", path=str(path))
     return Secret(password)
+
+
+def _under_credentials_directory(path: Path) -> bool:
+    directory = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return False
+    try:
+        return path.resolve().parent == Path(directory).resolve()
+    except OSError:
+        return False
 
 
 def systemd_credential() -> Path | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import gc
 import logging
 import signal
 import threading
@@ -32,7 +33,7 @@ from agent.credentials import BmcOptions, read_password_file
 from agent.engine import AuditRequest, NodeSource, Report, evaluate, open_node, read_bmc
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
-from agent.metrics import MetricsServer, NodeMetrics, ServerSettings
+from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings
 from agent.model import SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import ProfileStore
 from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
@@ -137,7 +138,8 @@ class SourcePoller:
     def _poll(self) -> PollResult:
         timeout = self._timeout()
         if self._hung is not None and self._hung.is_alive():
-            return self._failed(f"the previous read has not returned after {time.monotonic() - self._hung_since:.0f} s")
+            since = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - self._hung_since)))
+            return self._failed(f"the previous read has not returned (hung since {since})")
         self._hung = None
         box: dict[str, Any] = {}
 
@@ -164,6 +166,10 @@ class SourcePoller:
         return PollResult(value, statuses, time.time())
 
 
+def _failure(result: PollResult) -> list[tuple[str, bool, str | None]]:
+    return sorted((name, status.ok, status.error) for name, status in result.statuses.items())
+
+
 class Daemon:
     def __init__(self, request: AuditRequest, settings: DaemonSettings, config_path: Path | None,
                  listen_override: str | None, cli_bmc: Callable[[Config], BmcOptions]) -> None:
@@ -180,7 +186,7 @@ class Daemon:
         self._last_success: dict[str, float] = {}
         self._xids: dict[tuple[str, int], int] = {}
         self._sysctl_keys: tuple[str, ...] = ()
-        self._body = b""
+        self._body = Exposition(b"")
         self._report: Report | None = None
         self._previous: dict[tuple[str, str], str] | None = None
         self._source_state: dict[str, bool] = {}
@@ -254,10 +260,16 @@ class Daemon:
 
     def _on_result(self, name: str, result: PollResult) -> None:
         with self._lock:
+            previous = self._results.get(name)
             self._results[name] = result
             for source, status in result.statuses.items():
                 if status.ok and status.configured:
                     self._last_success[source] = result.finished_at
+        # A source that keeps failing the same way brings no news: judging again would only cost
+        # CPU that scrapes need (a hung BMC fails every poll).
+        if result.value is None and previous is not None and previous.value is None and (
+                _failure(previous) == _failure(result)):
+            return
         self._changed.set()
 
     # --- judging -------------------------------------------------------------------------------
@@ -341,7 +353,7 @@ class Daemon:
         if self.kmsg is not None and "kmsg" in last:
             last["kmsg"] = self.kmsg.last_read_s
         self._report = report
-        self._body = NodeMetrics(report, last, xids).render()  # one assignment: scrapes see old or new
+        self._body = Exposition(NodeMetrics(report, last, xids).render())  # one assignment: old or new
 
     def log_changes(self, report: Report) -> None:
         current = {(f.check, f.subject): ("waived" if f.waiver else f.status.value) for f in report.findings}
@@ -482,6 +494,10 @@ class Daemon:
                 self._evaluate_and_publish()
                 if not ready:
                     ready = True
+                    # Profiles, modules and caches live as long as the process: move them out of the
+                    # collector's sight so a full collection stays short (scrape latency).
+                    gc.collect()
+                    gc.freeze()
                     sdnotify.notify("READY=1\nSTATUS=first collection done")
                     log.info("ready: every source read once", extra={"fields": {"event": "ready"}})
             if watchdog is not None and time.monotonic() >= next_ping:

@@ -11,8 +11,11 @@ from __future__ import annotations
 import base64
 import hmac
 import logging
+import socket
 import ssl
 import threading
+import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -212,18 +215,60 @@ class ServerSettings:
     password: Secret | None = None
 
 
+class Exposition:
+    """The metrics text, and its gzip form compressed once: a scrape only compresses its own tail.
+
+    The compressor is flushed (Z_SYNC_FLUSH) after the bulk, and each scrape continues a copy
+    of it with the per-scrape process metrics, so the response is one ordinary gzip stream
+    (curl and others do not read concatenated gzip members).
+    """
+
+    def __init__(self, plain: bytes) -> None:
+        self.plain = plain
+        self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip header and trailer
+        self._prefix = self._compressor.compress(plain) + self._compressor.flush(zlib.Z_SYNC_FLUSH)
+
+    def gzip_with(self, tail: bytes) -> bytes:
+        compressor = self._compressor.copy()
+        return self._prefix + compressor.compress(tail) + compressor.flush()
+
+
+class _ProcessMetrics:
+    """prometheus-client's process, platform and GC metrics, rendered at most once a second."""
+
+    def __init__(self) -> None:
+        self._registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self._registry)
+        PlatformCollector(registry=self._registry)
+        GCCollector(registry=self._registry)
+        self._lock = threading.Lock()
+        self._cached: tuple[float, Exposition | None, bytes, bytes] = (0.0, None, b"", b"")
+
+    def response(self, body: Exposition, compressed: bool) -> bytes:
+        with self._lock:
+            made, for_body, plain, packed = self._cached
+            if for_body is not body or time.monotonic() - made >= 1.0:
+                process = generate_latest(self._registry)
+                plain, packed = body.plain + process, body.gzip_with(process)
+                self._cached = (time.monotonic(), body, plain, packed)
+        return packed if compressed else plain
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # 20 scrapers connecting at once must not overflow the backlog (default 5)
+
+
 class MetricsServer:
     """A threaded HTTP(S) server for /metrics; optional basic auth. Never blocks on the daemon."""
 
-    def __init__(self, settings: ServerSettings, body: Callable[[], bytes]) -> None:
+    def __init__(self, settings: ServerSettings, body: Callable[[], Exposition]) -> None:
+        """`body()` returns the exposition made at the last evaluation."""
         self.settings = settings
         self._body = body
-        self._process = CollectorRegistry(auto_describe=False)
-        ProcessCollector(registry=self._process)
-        PlatformCollector(registry=self._process)
-        GCCollector(registry=self._process)
+        self._process = _ProcessMetrics()
         try:
-            self._httpd = ThreadingHTTPServer((settings.host, settings.port), self._handler())
+            self._httpd = _Server((settings.host, settings.port), self._handler())
         except OSError as exc:
             raise NodewardenError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}") from None
         self._httpd.daemon_threads = True
@@ -268,6 +313,13 @@ class MetricsServer:
         class Handler(BaseHTTPRequestHandler):
             server_version = "nodewarden"
             sys_version = ""
+            protocol_version = "HTTP/1.1"  # keep-alive for Prometheus' persistent connections
+
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body go out in two writes; without NODELAY, Nagle and the client's
+                # delayed ACK add ~40 ms to every scrape.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_GET(self) -> None:
                 if not server._authorized(self.headers.get("Authorization")):
@@ -276,7 +328,9 @@ class MetricsServer:
                     return
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, server._body() + generate_latest(server._process), CONTENT_TYPE_LATEST)
+                    compressed = "gzip" in self.headers.get("Accept-Encoding", "")
+                    payload = server._process.response(server._body(), compressed)
+                    self._send(200, payload, CONTENT_TYPE_LATEST, {"Content-Encoding": "gzip"} if compressed else None)
                 elif path in ("/", "/-/healthy"):
                     self._send(200, b"nodewarden: metrics at /metrics\n", "text/plain; charset=utf-8")
                 else:
