@@ -476,7 +476,12 @@ class Daemon:
         last_evaluation = 0.0
         while not self.stop.is_set():
             wait = 1.0 if watchdog is None else min(1.0, max(0.0, next_ping - time.monotonic()))
-            self._changed.wait(wait)
+            throttled = max(0.0, last_evaluation + EVALUATE_AT_MOST_EVERY_S - time.monotonic())
+            if self._changed.is_set() and (throttled > 0 or not all(p.polls > 0 for p in self.pollers)):
+                # News is waiting but may not be judged yet: sleep, do not spin on the set event.
+                self.stop.wait(min(wait, throttled or 0.1))
+            else:
+                self._changed.wait(wait)
             if self.stop.is_set():
                 break
             if self._reload.is_set():
