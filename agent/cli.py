@@ -350,6 +350,85 @@ def daemon(state: State, /, simulate: str | None, snapshot: Path | None, config_
     sys.exit(runner.run())
 
 
+def _duration(text: str) -> Any:
+    import datetime as dt
+    import re
+
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r}: use a number and s, m, h or d (e.g. 24h, 7d)")
+    seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+    return dt.timedelta(seconds=seconds)
+
+
+@cli.group()
+def fleet() -> None:
+    """Fleet compliance reports over many nodes' audits."""
+
+
+@fleet.command("report")
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--prometheus", metavar="URL", help="Also read nodes' findings from this Prometheus (HTTP API).")
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "csv", "json"]), required=True)
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Write here atomically (default: stdout).")
+@click.option("--stale-after", default="24h", show_default=True, metavar="DURATION",
+              help="A report older than this is stale (s, m, h, d).")
+@click.option("--expiring-within", default="14d", show_default=True, metavar="DURATION",
+              help="Waivers expiring within this are flagged.")
+@click.option("--thermal-delta", default=5.0, show_default=True, type=float, metavar="CELSIUS",
+              help="A GPU this much hotter than its slot's fleet median is an outlier.")
+@click.option("--expect-nodes", type=click.Path(path_type=Path, dir_okay=False, exists=True), metavar="FILE",
+              help="Node names that must have reported, one per line (e.g. from the Ansible inventory).")
+@click.option("--now", "now_text", hidden=True, help="Judge ages as of this ISO time (tests).")
+def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, output: Path | None, stale_after: str,
+                 expiring_within: str, thermal_delta: float, expect_nodes: Path | None, now_text: str | None) -> None:
+    """Summarise audit JSON files or folders of them (as fleet-audit.yml collects them). Exit 2: no input."""
+    import datetime as dt
+
+    from agent.fleet import (
+        FleetInputError,
+        FleetOptions,
+        build_fleet,
+        input_files,
+        newest_per_node,
+        progress_bar,
+        read_reports,
+    )
+    from agent.fleet.render import render_csv, render_html, render_json, render_md
+    from agent.report import write_atomic
+
+    options = FleetOptions(stale_after=_duration(stale_after), expiring_within=_duration(expiring_within),
+                           thermal_delta_c=thermal_delta)
+    if now_text:
+        options.now = dt.datetime.fromisoformat(now_text.replace("Z", "+00:00"))
+    if expect_nodes is not None:
+        options.expected_nodes = [line.split()[0] for line in expect_nodes.read_text().splitlines()
+                                  if line.strip() and not line.lstrip().startswith("#")]
+    if not inputs and not prometheus:
+        raise FleetInputError("no input: give audit JSON files or folders, or --prometheus URL")
+    files, missing_inputs = input_files(inputs)
+    nodes, skipped = read_reports(files, keep_rows=fmt == "csv", progress=progress_bar())
+    skipped = missing_inputs + skipped
+    if prometheus:
+        from agent.fleet.prometheus import read_prometheus
+
+        nodes += read_prometheus(prometheus, keep_rows=fmt == "csv")
+    for item in skipped:
+        click.echo(f"nodewarden: warning: skipped {item.path}: {item.reason}", err=True)
+    if not nodes:
+        raise FleetInputError(f"no usable audit report among {len(files)} file(s)"
+                              + (f" ({len(skipped)} skipped)" if skipped else ""))
+    nodes, duplicates = newest_per_node(nodes)
+    data = build_fleet(nodes, skipped, duplicates, options)
+    text = {"json": lambda: render_json(data), "md": lambda: render_md(data), "html": lambda: render_html(data),
+            "csv": lambda: render_csv(nodes)}[fmt]()
+    if output is not None:
+        write_atomic(output, text)
+    else:
+        click.echo(text, nl=False)
+
+
 @cli.command("apply-boot")
 @click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False), metavar="DIR",
               help="Apply under DIR instead of / (tests, chroots).")

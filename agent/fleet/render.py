@@ -1,0 +1,464 @@
+"""Fleet report outputs: one self-contained HTML page, Markdown, CSV (a row per finding), JSON.
+
+The HTML has no scripts, fonts or external resources: inline CSS and SVG
+charts, so it opens offline, in a ticket, or printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import re
+from typing import Any
+
+from agent.fleet import NodeSummary, iter_rows
+
+TABLE_LIMIT = 200  # rows per table in HTML/Markdown; the JSON has everything
+
+
+def render_json(fleet: dict[str, Any]) -> str:
+    return json.dumps(fleet, indent=1, sort_keys=False, default=str) + "\n"
+
+
+def render_csv(nodes: list[NodeSummary]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            "node",
+            "profile",
+            "started_at",
+            "check",
+            "subject",
+            "status",
+            "severity",
+            "waived",
+            "observed",
+            "expected",
+            "message",
+        ]
+    )
+    for node, row in iter_rows(nodes):
+        writer.writerow(
+            [
+                node.node,
+                node.profile,
+                node.started_at.isoformat() if node.started_at else "",
+                row.check,
+                row.subject,
+                row.status,
+                row.severity,
+                "yes" if row.waived else "no",
+                _cell(row.observed),
+                _cell(row.expected),
+                row.message,
+            ]
+        )
+    return out.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+# --- Markdown --------------------------------------------------------------------------------------
+
+
+def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
+    def clean(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(clean(v) for v in row) + " |" for row in rows[:TABLE_LIMIT]]
+    if len(rows) > TABLE_LIMIT:
+        lines.append(f"\n{len(rows) - TABLE_LIMIT} more rows in the JSON output.")
+    return "\n".join(lines) + "\n"
+
+
+def render_md(fleet: dict[str, Any]) -> str:
+    s = fleet["summary"]
+    parts = [
+        f"# nodewarden fleet report\n\nGenerated {fleet['generated_at']}. **{s['nodes']} nodes**, "
+        f"**{s['compliant_pct']} % compliant** ({s['compliant']}), failing findings: "
+        + ", ".join(f"{k} {v}" for k, v in s["failing_findings_by_severity"].items())
+        + f"; {s['stale']} stale, {s['missing']} missing, {s['not_audited']} not fully audited.\n"
+    ]
+    parts.append(
+        "## Compliance by check\n\n"
+        + _md_table(
+            ["check", "nodes", "failing", "compliant %"],
+            [[r["check"], r["nodes"], r["failing"], r["compliant_pct"]] for r in fleet["by_check"] if r["failing"]],
+        )
+    )
+    parts.append(
+        "## Compliance by profile\n\n"
+        + _md_table(
+            ["profile", "nodes", "compliant", "compliant %"],
+            [[r["profile"], r["nodes"], r["compliant"], r["compliant_pct"]] for r in fleet["by_profile"]],
+        )
+    )
+    parts.append(
+        "## Worst nodes\n\n"
+        + _md_table(
+            ["node", "profile", "critical", "fail", "warn", "failing checks"],
+            [
+                [r["node"], r["profile"], r["critical"], r["fail"], r["warn"], ", ".join(r["top"])]
+                for r in fleet["worst_nodes"]
+            ],
+        )
+    )
+    rows = []
+    for component in fleet["firmware_drift"]:
+        for v in fleet["firmware"][component]:
+            rows.append([component, v["version"], v["nodes"], ", ".join(v["node_names"][:10]) if v["oldest"] else ""])
+    parts.append(
+        "## Firmware drift\n\n"
+        + (
+            _md_table(["component", "version", "nodes", "oldest on"], rows)
+            if rows
+            else "One version per component across the fleet.\n"
+        )
+    )
+    parts.append(
+        "## GPU thermal outliers\n\n"
+        + _md_table(
+            ["node", "profile", "slot", "°C", "slot median °C", "above"],
+            [
+                [r["node"], r["profile"], r["slot"], r["temperature_c"], r["slot_median_c"], r["above_median_c"]]
+                for r in fleet["thermal_outliers"]
+            ],
+        )
+    )
+    parts.append(
+        "## Xid errors\n\n"
+        + _md_table(
+            ["xid", "nodes", "events", "nodes (events)"],
+            [
+                [r["xid"], r["nodes"], r["events"], ", ".join(f"{n} ({c})" for n, c in list(r["by_node"].items())[:10])]
+                for r in fleet["xids"]
+            ],
+        )
+    )
+    parts.append(
+        "## Missing and stale reports\n\n"
+        + _md_table(
+            ["node", "state", "last report"],
+            [[n, "missing", ""] for n in fleet["missing"]]
+            + [[r["node"], f"stale ({r['age_hours']} h)", r["started_at"]] for r in fleet["stale"]],
+        )
+    )
+    parts.append(
+        "## Nodes not fully audited\n\n"
+        + _md_table(
+            ["node", "sources down"],
+            [[r["node"], "; ".join(f"{k}: {v}" for k, v in r["sources"].items())] for r in fleet["not_audited"]],
+        )
+    )
+    parts.append(
+        "## Waivers\n\n"
+        + _md_table(
+            ["node", "check", "subject", "reason", "expires", "expiring soon"],
+            [
+                [r["node"], r["check"], r["subject"], r["reason"], r["expires"], "yes" if r["expiring_soon"] else ""]
+                for r in fleet["waivers"]
+            ],
+        )
+    )
+    skipped = fleet["inputs"]["skipped"]
+    parts.append(
+        "## Inputs\n\n" + f"{fleet['inputs']['reports']} reports for {fleet['inputs']['nodes']} nodes; "
+        f"{len(skipped)} files skipped, {len(fleet['inputs']['duplicates'])} nodes reported more than once "
+        "(the newest report is used).\n\n"
+        + (_md_table(["file", "why skipped"], [[r["path"], r["reason"]] for r in skipped]) if skipped else "")
+    )
+    return "\n".join(parts)
+
+
+# --- HTML ------------------------------------------------------------------------------------------
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1200px;
+color:#1d232a;padding:0 16px}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d6dbe1;padding-bottom:4px}
+.meta{color:#5b6570;margin-bottom:16px}
+.cards{display:flex;flex-wrap:wrap;gap:12px;margin:12px 0}
+.card{border:1px solid #d6dbe1;border-radius:6px;padding:10px 14px;min-width:120px}
+.card b{display:block;font-size:22px}.card span{color:#5b6570;font-size:12px}
+table{border-collapse:collapse;width:100%;margin:6px 0 4px;font-size:13px}
+th,td{border-bottom:1px solid #e6e9ed;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f3f5f7;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.crit{color:#b00020;font-weight:600}.warn{color:#8a5a00}.ok{color:#1b6e2d}
+.more{color:#5b6570;font-size:12px}a{color:#0b57d0;text-decoration:none}
+svg text{font:11px system-ui,sans-serif;fill:#1d232a}
+@media print{body{margin:0;max-width:none}h2{break-after:avoid}table,svg{break-inside:avoid}a{color:inherit}}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def anchor(node: str) -> str:
+    return "node-" + re.sub(r"[^A-Za-z0-9_.-]", "_", node)
+
+
+def _node_link(node: str) -> str:
+    return f'<a href="#{anchor(node)}">{_e(node)}</a>'
+
+
+def _table(
+    headers: list[str], rows: list[list[str]], numeric: set[int] | None = None, row_ids: list[str] | None = None
+) -> str:
+    numeric = numeric or set()
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for index, row in enumerate(rows[:TABLE_LIMIT] if row_ids is None else rows):
+        rid = f' id="{row_ids[index]}"' if row_ids is not None else ""
+        cells = "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+        body.append(f"<tr{rid}>{cells}</tr>")
+    more = (
+        f'<p class="more">{len(rows) - TABLE_LIMIT} more rows in the JSON output.</p>'
+        if row_ids is None and len(rows) > TABLE_LIMIT
+        else ""
+    )
+    if not rows:
+        return '<p class="ok">None.</p>'
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+
+
+def bar_chart(items: list[tuple[str, float, str]], title: str, maximum: float | None = None, unit: str = "") -> str:
+    """Horizontal bars: (label, value, css color)."""
+    if not items:
+        return ""
+    width, bar_h, label_w = 760, 18, 260
+    top = max(maximum or 0, *(v for _, v, _ in items)) or 1
+    height = 24 + len(items) * (bar_h + 6)
+    parts = [
+        f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="0" y="14" font-weight="600">{_e(title)}</text>',
+    ]
+    for i, (label, value, color) in enumerate(items):
+        y = 24 + i * (bar_h + 6)
+        length = max(1.0, (width - label_w - 70) * value / top)
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end">{_e(label[:40])}</text>'
+            f'<rect x="{label_w}" y="{y}" width="{length:.1f}" height="{bar_h}" fill="{color}"/>'
+            f'<text x="{label_w + length + 4:.1f}" y="{y + 13}">{value:g}{_e(unit)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def stacked_bar(component: str, versions: list[dict[str, Any]]) -> str:
+    """One component's versions as shares of its nodes (oldest first)."""
+    palette = ["#b00020", "#e07b00", "#c9a400", "#5b8def", "#2e7d32", "#6a4c93", "#00838f", "#8d6e63"]
+    total = sum(v["nodes"] for v in versions) or 1
+    width, height = 760, 36
+    x = 0.0
+    parts = [
+        f'<svg role="img" aria-label="{_e(component)} versions" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    for i, version in enumerate(versions):
+        share = width * version["nodes"] / total
+        parts.append(
+            f'<rect x="{x:.1f}" y="0" width="{share:.1f}" height="18" fill="{palette[i % len(palette)]}">'
+            f"<title>{_e(version['version'])}: {version['nodes']} nodes</title></rect>"
+        )
+        if share > 60:
+            parts.append(f'<text x="{x + 3:.1f}" y="31">{_e(version["version"])} ({version["nodes"]})</text>')
+        x += share
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_html(fleet: dict[str, Any]) -> str:
+    s = fleet["summary"]
+    sev = s["failing_findings_by_severity"]
+    cards = "".join(
+        f'<div class="card"><b class="{cls}">{_e(value)}</b><span>{_e(label)}</span></div>'
+        for value, label, cls in (
+            (s["nodes"], "nodes", ""),
+            (f"{s['compliant_pct']} %", "compliant", "ok" if s["compliant_pct"] >= 95 else "warn"),
+            (sev["critical"], "critical findings", "crit" if sev["critical"] else ""),
+            (sev["warning"], "warning findings", ""),
+            (s["stale"], "stale reports", "warn" if s["stale"] else ""),
+            (s["missing"], "missing reports", "warn" if s["missing"] else ""),
+            (s["not_audited"], "not fully audited", "warn" if s["not_audited"] else ""),
+            (s["waivers_expiring_soon"], "waivers expiring soon", "warn" if s["waivers_expiring_soon"] else ""),
+        )
+    )
+    failing_checks = [r for r in fleet["by_check"] if r["failing"]]
+    sections = [
+        f'<h1>nodewarden fleet report</h1><p class="meta">Generated {_e(fleet["generated_at"])} from '
+        f"{fleet['inputs']['reports']} reports; {len(fleet['inputs']['skipped'])} files skipped.</p>",
+        f'<div class="cards">{cards}</div>',
+        '<h2 id="by-check">Compliance by check</h2>',
+        bar_chart([(r["check"], r["failing"], "#b00020") for r in failing_checks[:20]], "Nodes failing, by check"),
+        _table(
+            ["check", "nodes", "failing", "compliant %"],
+            [[_e(r["check"]), str(r["nodes"]), str(r["failing"]), str(r["compliant_pct"])] for r in failing_checks],
+            {1, 2, 3},
+        ),
+        '<h2 id="by-profile">Compliance by profile</h2>',
+        bar_chart(
+            [(r["profile"], r["compliant_pct"], "#2e7d32") for r in fleet["by_profile"]],
+            "Compliant %, by profile",
+            100,
+            " %",
+        ),
+        _table(
+            ["profile", "nodes", "compliant", "compliant %"],
+            [
+                [_e(r["profile"]), str(r["nodes"]), str(r["compliant"]), str(r["compliant_pct"])]
+                for r in fleet["by_profile"]
+            ],
+            {1, 2, 3},
+        ),
+        '<h2 id="worst">Worst nodes</h2>',
+        _table(
+            ["node", "profile", "critical", "fail", "warn", "failing checks"],
+            [
+                [
+                    _node_link(r["node"]),
+                    _e(r["profile"]),
+                    f'<span class="crit">{r["critical"]}</span>' if r["critical"] else "0",
+                    str(r["fail"]),
+                    str(r["warn"]),
+                    _e(", ".join(r["top"])),
+                ]
+                for r in fleet["worst_nodes"]
+            ],
+            {2, 3, 4},
+        ),
+        '<h2 id="firmware">Firmware drift</h2>',
+    ]
+    if fleet["firmware_drift"]:
+        for component in fleet["firmware_drift"]:
+            versions = fleet["firmware"][component]
+            oldest = versions[0]
+            sections.append(f"<h3>{_e(component)}</h3>{stacked_bar(component, versions)}")
+            sections.append(
+                _table(
+                    ["version", "nodes", "nodes on it"],
+                    [
+                        [
+                            _e(v["version"]) + (" (oldest)" if v["oldest"] else ""),
+                            str(v["nodes"]),
+                            ", ".join(_node_link(n) for n in v["node_names"][:20]) if v["oldest"] else "",
+                        ]
+                        for v in versions
+                    ],
+                    {1},
+                )
+            )
+            if oldest["nodes"] <= 3:
+                sections.append(
+                    f'<p class="warn">Oldest {_e(component)} {_e(oldest["version"])} only on: '
+                    + ", ".join(_node_link(n) for n in oldest["node_names"])
+                    + "</p>"
+                )
+    else:
+        sections.append('<p class="ok">One version per component across the fleet.</p>')
+    slots: dict[str, list[float]] = {}
+    for row in fleet["thermal_outliers"]:
+        slots.setdefault(row["slot"], []).append(row["above_median_c"])
+    sections += [
+        '<h2 id="thermal">GPU thermal outliers</h2>',
+        bar_chart(
+            [(slot, len(values), "#e07b00") for slot, values in sorted(slots.items())],
+            "Nodes hotter than their slot's fleet median, by GPU slot",
+        ),
+        _table(
+            ["node", "profile", "slot", "°C", "slot median °C", "above median"],
+            [
+                [
+                    _node_link(r["node"]),
+                    _e(r["profile"]),
+                    _e(r["slot"]),
+                    f"{r['temperature_c']:g}",
+                    f"{r['slot_median_c']:g}",
+                    f"+{r['above_median_c']:g}",
+                ]
+                for r in fleet["thermal_outliers"]
+            ],
+            {3, 4, 5},
+        ),
+        '<h2 id="xid">Xid errors</h2>',
+        bar_chart([(f"Xid {r['xid']}", r["nodes"], "#6a4c93") for r in fleet["xids"][:20]], "Nodes with each Xid"),
+        _table(
+            ["xid", "nodes", "events", "nodes (events)"],
+            [
+                [
+                    str(r["xid"]),
+                    str(r["nodes"]),
+                    str(r["events"]),
+                    ", ".join(f"{_node_link(n)} ({c})" for n, c in list(r["by_node"].items())[:20]),
+                ]
+                for r in fleet["xids"]
+            ],
+            {0, 1, 2},
+        ),
+        '<h2 id="stale">Missing and stale reports</h2>',
+        _table(
+            ["node", "state", "last report"],
+            [[_e(n), '<span class="warn">missing</span>', ""] for n in fleet["missing"]]
+            + [[_node_link(r["node"]), f"stale ({r['age_hours']} h)", _e(r["started_at"])] for r in fleet["stale"]],
+        ),
+        '<h2 id="not-audited">Nodes not fully audited</h2>',
+        _table(
+            ["node", "sources down"],
+            [
+                [_node_link(r["node"]), _e("; ".join(f"{k}: {v}" for k, v in r["sources"].items()))]
+                for r in fleet["not_audited"]
+            ],
+        ),
+        '<h2 id="waivers">Waivers</h2>',
+        _table(
+            ["node", "check", "subject", "reason", "expires"],
+            [
+                [
+                    _node_link(r["node"]),
+                    _e(r["check"]),
+                    _e(r["subject"]),
+                    _e(r["reason"]),
+                    f'<span class="warn">{_e(r["expires"])} (soon)</span>' if r["expiring_soon"] else _e(r["expires"]),
+                ]
+                for r in fleet["waivers"]
+            ],
+        ),
+        '<h2 id="inputs">Inputs</h2>',
+        f"<p>{fleet['inputs']['reports']} reports for {fleet['inputs']['nodes']} nodes. "
+        f"{len(fleet['inputs']['duplicates'])} nodes reported more than once (the newest report is used).</p>",
+        _table(["skipped file", "why"], [[_e(r["path"]), _e(r["reason"])] for r in fleet["inputs"]["skipped"]]),
+        '<h2 id="nodes">All nodes</h2>',
+        _table(
+            ["node", "profile", "model", "compliant", "fail", "warn", "report"],
+            [
+                [
+                    _e(r["node"]),
+                    _e(r["profile"]),
+                    _e(r["model"]),
+                    "yes" if r["compliant"] else '<span class="crit">no</span>',
+                    str(r["fail"]),
+                    str(r["warn"]),
+                    _e(r["started_at"]),
+                ]
+                for r in fleet["nodes"]
+            ],
+            {4, 5},
+            row_ids=[anchor(r["node"]) for r in fleet["nodes"]],
+        ),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>nodewarden fleet report</title><style>{CSS}</style></head><body>"
+        + "\n".join(sections)
+        + "</body></html>\n"
+    )
