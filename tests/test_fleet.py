@@ -232,3 +232,14 @@ def test_report_files_and_prometheus_agree_on_a_node(run_cli: RunCli, tmp_path: 
     assert node.fails == drifted["summary"]["fail"]
     assert set(node.xids) == {79} and node.temperatures["gpu0"] > 0
     assert not node.compliant
+
+
+def test_baselines_are_summarised() -> None:
+    fleet = fleet_of([
+        report("a", [finding("baseline.drift", "gpu5:temperature", "fail", observed=9.0)]),
+        report("b", [finding("baseline.drift", "gpu0:temperature", "pass", observed=1.0)]),
+        report("c", [finding("gpu.temperature", "gpu0", "pass", observed=35)]),
+    ])
+    baselines = fleet["baselines"]
+    assert (baselines["nodes_with_baseline"], baselines["nodes_without_baseline"]) == (2, 1)
+    assert [(r["node"], r["subject"], r["status"]) for r in baselines["drifting"]] == [("a", "gpu5:temperature", "fail")]

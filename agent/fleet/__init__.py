@@ -26,6 +26,7 @@ from agent.errors import NodewardenError
 
 REPORT_SCHEMA = "nodewarden.report/v1"
 FLEET_SCHEMA = "nodewarden.fleet/v1"
+BASELINE_CHECK = "baseline.drift"
 FIRMWARE_CHECKS = {"bmc.firmware": None, "gpu.firmware.vbios": "gpu vbios", "host.driver.version": "nvidia driver"}
 MAX_FILE_BYTES = 64 << 20  # an audit report is ~100 KB; anything this big is not one
 
@@ -65,6 +66,7 @@ class NodeSummary:
     waivers: list[FindingRow]
     sources_down: dict[str, str]  # source -> error
     rows: list[FindingRow] = field(default_factory=list)  # every finding (only kept for CSV)
+    has_baseline: bool = False  # the node was judged against its recorded baseline
 
     @property
     def compliant(self) -> bool:
@@ -109,10 +111,12 @@ def summarize_report(data: Any, source: str, keep_rows: bool = False) -> NodeSum
     xids: Counter[int] = Counter()
     waivers: list[FindingRow] = []
     rows: list[FindingRow] = []
+    has_baseline = False
     for item in findings:
         if not isinstance(item, dict) or not isinstance(item.get("check"), str):
             raise ValueError("a finding is not an object with a `check`")
         check, subject, status = item["check"], str(item.get("subject", "")), str(item.get("status", ""))
+        has_baseline = has_baseline or check == BASELINE_CHECK
         waiver = item.get("waiver") if isinstance(item.get("waiver"), dict) else None
         counts["waived" if waiver else status] += 1
         # A skipped or waived finding never counts against compliance.
@@ -166,6 +170,7 @@ def summarize_report(data: Any, source: str, keep_rows: bool = False) -> NodeSum
         waivers,
         down,
         rows,
+        has_baseline,
     )
 
 
@@ -417,6 +422,21 @@ def build_fleet(
             )
     waivers.sort(key=lambda r: (not r["expiring_soon"], str(r["expires"]), r["node"], r["check"]))
 
+    with_baseline = [n for n in nodes if n.has_baseline]
+    baselines = {
+        "nodes_with_baseline": len(with_baseline),
+        "nodes_without_baseline": total - len(with_baseline),
+        "drifting": sorted(
+            (
+                {"node": n.node, "subject": r.subject, "status": r.status, "severity": r.severity, "message": r.message}
+                for n in with_baseline
+                for r in n.failing
+                if r.check == BASELINE_CHECK
+            ),
+            key=lambda r: (r["status"] != "fail", r["node"], r["subject"]),
+        ),
+    }
+
     not_audited = sorted(
         ({"node": n.node, "sources": n.sources_down} for n in nodes if n.sources_down),
         key=lambda r: (-len(r["sources"]), r["node"]),
@@ -453,6 +473,7 @@ def build_fleet(
         "missing": missing,
         "waivers": waivers,
         "not_audited": not_audited,
+        "baselines": baselines,
         "nodes": [
             {
                 "node": n.node,

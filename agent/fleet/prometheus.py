@@ -16,7 +16,7 @@ import urllib.request
 from collections import Counter, defaultdict
 from typing import Any
 
-from agent.fleet import FindingRow, FleetInputError, NodeSummary
+from agent.fleet import BASELINE_CHECK, FindingRow, FleetInputError, NodeSummary
 
 QUERIES = {
     "status": "nodewarden_check_status == 1",
@@ -54,12 +54,13 @@ def read_prometheus(base: str, keep_rows: bool = False, timeout_s: float = 30.0)
     waived = {(_node(r["metric"]), r["metric"].get("check"), r["metric"].get("subject")) for r in results["waived"]}
     per_node: dict[str, dict[str, Any]] = defaultdict(lambda: {
         "counts": Counter(), "failing": [], "checks": {}, "firmware": defaultdict(set), "temps": {},
-        "xids": Counter(), "waivers": [], "down": {}, "profile": "?", "started": None, "rows": []})
+        "xids": Counter(), "waivers": [], "down": {}, "profile": "?", "started": None, "rows": [], "baseline": False})
     for sample in results["status"]:
         m = sample["metric"]
         node = per_node[_node(m)]
         check, subject, status = m.get("check", "?"), m.get("subject", ""), m.get("status", "")
         is_waived = (_node(m), check, subject) in waived
+        node["baseline"] = node["baseline"] or check == BASELINE_CHECK
         node["counts"]["waived" if is_waived else status] += 1
         node["checks"][check] = node["checks"].get(check, True) and not (status == "fail" and not is_waived)
         row = FindingRow(check, subject, status, m.get("severity", ""), is_waived, f"{check} {subject}: {status}")
@@ -90,5 +91,5 @@ def read_prometheus(base: str, keep_rows: bool = False, timeout_s: float = 30.0)
                                                                                  dt.timezone.utc)
     return [NodeSummary(name, f"prometheus:{base}", d["profile"], None, d["started"], dict(d["counts"]), d["failing"],
                         d["checks"], dict(d["firmware"]), d["temps"], dict(d["xids"]), d["waivers"], d["down"],
-                        d["rows"])
+                        d["rows"], d["baseline"])
             for name, d in sorted(per_node.items()) if d["checks"]]

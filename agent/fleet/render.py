@@ -158,6 +158,16 @@ def render_md(fleet: dict[str, Any]) -> str:
             [[r["node"], "; ".join(f"{k}: {v}" for k, v in r["sources"].items())] for r in fleet["not_audited"]],
         )
     )
+    b = fleet["baselines"]
+    parts.append(
+        "## Baselines\n\n"
+        + f"{b['nodes_with_baseline']} nodes judged against their baseline, {b['nodes_without_baseline']} without one"
+        + " (`nodewarden baseline record`).\n\n"
+        + _md_table(
+            ["node", "subject", "status", "drift"],
+            [[r["node"], r["subject"], r["status"], r["message"]] for r in b["drifting"]],
+        )
+    )
     parts.append(
         "## Waivers\n\n"
         + _md_table(
@@ -416,6 +426,16 @@ def render_html(fleet: dict[str, Any]) -> str:
             [
                 [_node_link(r["node"]), _e("; ".join(f"{k}: {v}" for k, v in r["sources"].items()))]
                 for r in fleet["not_audited"]
+            ],
+        ),
+        '<h2 id="baselines">Baselines</h2>',
+        f"<p>{fleet['baselines']['nodes_with_baseline']} nodes judged against their baseline, "
+        f"{fleet['baselines']['nodes_without_baseline']} without one (<code>nodewarden baseline record</code>).</p>",
+        _table(
+            ["node", "subject", "status", "drift"],
+            [
+                [_node_link(r["node"]), _e(r["subject"]), _e(r["status"]), _e(r["message"])]
+                for r in fleet["baselines"]["drifting"]
             ],
         ),
         '<h2 id="waivers">Waivers</h2>',
