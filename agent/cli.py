@@ -429,6 +429,15 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, out
         click.echo(text, nl=False)
 
 
+def _register_baseline() -> None:
+    from agent.baseline import baseline as baseline_group  # imports agent.cli only inside its functions
+
+    cli.add_command(baseline_group)
+
+
+_register_baseline()
+
+
 @cli.command("apply-boot")
 @click.option("--root", default="/", show_default=True, type=click.Path(file_okay=False), metavar="DIR",
               help="Apply under DIR instead of / (tests, chroots).")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import sdnotify
+from agent.baseline import load_node_baseline
 from agent.config import Config, load_config
 from agent.credentials import BmcOptions, read_password_file
 from agent.engine import AuditRequest, NodeSource, Report, evaluate, open_node, read_bmc
@@ -192,6 +193,7 @@ class Daemon:
         self._source_state: dict[str, bool] = {}
         self._last_auto_apply = 0.0
         self._auto_apply_thread: threading.Thread | None = None
+        self.baseline = load_node_baseline(self.node, request.config)  # again on SIGHUP
         self.pollers = self._make_pollers()
         self.kmsg = self._make_follower()
         self.server = MetricsServer(settings.server, lambda: self._body)
@@ -340,7 +342,8 @@ class Daemon:
         host, nvml, bmc, sources = self._sources_now()
         kmsg = self.kmsg.snapshot() if self.kmsg is not None else Unsupported("the snapshot holds no kernel log")
         started = dt.datetime.now(dt.timezone.utc)
-        report = evaluate(self.request, self.store, self.node, host, nvml, kmsg, bmc, sources, started, 0.0)
+        report = evaluate(self.request, self.store, self.node, host, nvml, kmsg, bmc, sources, started, 0.0,
+                          baseline=self.baseline)
         profile = self.store.profile(report.profile)
         self._sysctl_keys = tuple(profile.sysctl_keys)
         return report
@@ -450,6 +453,7 @@ class Daemon:
                         extra={"fields": {"event": "reload", "restart_needed": True}})
             settings = dataclasses.replace(settings, server=self.settings.server)
         self.request, self.settings, self.store = request, settings, store
+        self.baseline = load_node_baseline(self.node, config)
         log.info("reloaded %s", config.path or "the default configuration",
                  extra={"fields": {"event": "reload", "ok": True}})
         self._changed.set()

@@ -20,7 +20,7 @@ from agent import __version__
 from agent.config import Config
 from agent.credentials import BmcOptions
 from agent.errors import AuditError, NodewardenError, SnapshotError
-from agent.facts import BmcFacts, HostFacts, KmsgRecord, NodeFacts, NvmlFacts, ProfileMatch
+from agent.facts import NO_BASELINE, Baseline, BmcFacts, HostFacts, KmsgRecord, NodeFacts, NvmlFacts, ProfileMatch
 from agent.matching import Identity, Selection, identify, select
 from agent.model import Finding, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import Profile, ProfileStore
@@ -314,7 +314,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
 
     checks = select_checks(all_checks(), request.only, request.skip)
     nvml: NvmlFacts | Unknown
-    if any(c.source in NVML_SOURCES for c in checks if c.id not in ALWAYS_CHECKS):
+    if any(c.source in NVML_SOURCES or "nvml" in c.reads for c in checks if c.id not in ALWAYS_CHECKS):
         nvml, sources["nvml"] = node.read_nvml(request.nvml_timeout_s)
     else:
         nvml = Unknown("not read: no selected check needs NVML")
@@ -336,14 +336,18 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
 
     bmc: BmcFacts | Unknown
-    if any(c.source in BMC_SOURCES for c in checks if c.id not in ALWAYS_CHECKS):
+    if any(c.source in BMC_SOURCES or "bmc" in c.reads for c in checks if c.id not in ALWAYS_CHECKS):
         bmc, bmc_sources = read_bmc(node, request.bmc)
         sources.update(bmc_sources)
     else:
         bmc = Unsupported("not read: no selected check needs the BMC")
         for name in ("redfish", "ipmi"):
             sources[name] = SourceStatus(name, ok=False, configured=False, error="not needed by the selected checks")
-    return evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0)
+    from agent.baseline import load_node_baseline
+
+    baseline = load_node_baseline(node, config)
+    return evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0,
+                    baseline=baseline)
 
 
 def choose_profile(request: AuditRequest, store: ProfileStore, host: HostFacts,
@@ -359,14 +363,15 @@ def choose_profile(request: AuditRequest, store: ProfileStore, host: HostFacts,
 
 def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host: HostFacts,
              nvml: NvmlFacts | Unknown, kmsg: tuple[KmsgRecord, ...] | Unknown, bmc: BmcFacts | Unknown,
-             sources: dict[str, SourceStatus], started: dt.datetime, read_s: float) -> Report:
+             sources: dict[str, SourceStatus], started: dt.datetime, read_s: float,
+             baseline: Baseline | Unknown = NO_BASELINE) -> Report:
     """Facts already read -> checks -> waivers -> report. The daemon calls this on its cached facts."""
     t0 = time.monotonic()
     config = request.config
     profile, selection, identity = choose_profile(request, store, host, nvml)
     xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
     facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, bmc=bmc,
-                      observed_at=_observed_at(node, started), profile_match=ProfileMatch(
+                      observed_at=_observed_at(node, started), baseline=baseline, profile_match=ProfileMatch(
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems,

@@ -15,13 +15,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias, TypeVar, Union
 
-from agent.model import SourceStatus, Unknown
+from agent.model import SourceStatus, Unknown, Unsupported
 
 T = TypeVar("T")
 # A fact or the reason it is unknown. Union[] because mypy rejects `T | X` aliases.
 Maybe: TypeAlias = Union[T, Unknown]  # noqa: UP007
 
 NOT_READ = Unknown("not read")  # immutable, so one shared default is safe
+NO_BASELINE = Unsupported("no baseline recorded")
 
 PCI_VENDOR_NVIDIA = 0x10DE
 PCI_VENDOR_MELLANOX = 0x15B3
@@ -183,6 +184,7 @@ class NodeFacts:
     xids: Maybe[tuple[XidEvent, ...]] = ()
     bmc: Maybe[BmcFacts] = NOT_READ
     observed_at: dt.datetime | None = None  # when the node was read (a snapshot's captured_at)
+    baseline: Maybe[Baseline] = NO_BASELINE  # the node's recorded baseline (agent.baseline)
 
 
 def parse_kernel_cmdline(cmdline: str) -> dict[str, str | None]:
@@ -287,12 +289,44 @@ class GpuFacts(NamedTuple):
     fabric_state: Maybe[str] = NOT_READ  # not_started | in_progress | completed
     fabric_status: Maybe[str] = NOT_READ  # success or the NVML error text
     recovery_action: Maybe[int] = NOT_READ  # NVML_GPU_RECOVERY_ACTION_*
+    utilization_gpu_pct: Maybe[int] = NOT_READ  # % of the last sample period a kernel ran
+    utilization_memory_pct: Maybe[int] = NOT_READ  # % of it memory was read or written
+    sm_clock_mhz: Maybe[int] = NOT_READ  # current SM clock
+    memory_clock_mhz: Maybe[int] = NOT_READ  # current memory clock
+    compute_processes: Maybe[tuple[int, ...]] = NOT_READ  # PIDs of compute processes on the GPU
     calls: int = 0
 
     @property
     def label(self) -> str:
         bus = self.pci_bus_id if isinstance(self.pci_bus_id, str) else "?"
         return f"GPU {self.index} ({bus})"
+
+
+IDLE_UTILIZATION_MAX_PCT = 5  # at or below this, a GPU counts as idle (baselines)
+
+
+def gpu_activity(gpu: GpuFacts) -> Maybe[str | None]:
+    """Why `gpu` is not idle (utilization above 5 % or compute processes), None when idle.
+
+    Unknown when the utilization cannot be read. A process list that cannot be
+    read does not decide anything: the utilization does.
+    """
+    if gpu.lost is not None:
+        return Unknown(gpu.lost)
+    busy = []
+    if isinstance(gpu.compute_processes, tuple) and gpu.compute_processes:
+        pids = ", ".join(str(p) for p in gpu.compute_processes[:5])
+        more = f" and {len(gpu.compute_processes) - 5} more" if len(gpu.compute_processes) > 5 else ""
+        busy.append(f"compute processes running (PID {pids}{more})")
+    utilization = gpu.utilization_gpu_pct
+    if isinstance(utilization, Unknown):
+        if busy:
+            return "; ".join(busy)
+        kind = Unsupported if isinstance(utilization, Unsupported) else Unknown
+        return kind(f"its utilization cannot be read ({utilization.reason})")
+    if utilization > IDLE_UTILIZATION_MAX_PCT:
+        busy.insert(0, f"utilization {utilization} % (idle is <= {IDLE_UTILIZATION_MAX_PCT} %)")
+    return "; ".join(busy) if busy else None
 
 
 class NvmlFacts(NamedTuple):
@@ -469,3 +503,42 @@ class BmcFacts(NamedTuple):
     problems: tuple[str, ...] = ()  # resources that failed, with the reason
     insecure: bool = False  # TLS verification was switched off (--bmc-insecure)
     requests: int = 0
+
+
+# --- Baseline (what the node read when it arrived; agent.baseline records and loads it) ---------
+
+
+class BaselineGpu(NamedTuple):
+    """One GPU's idle readings in the baseline. None: not readable when recorded."""
+
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose
+    uuid: str | None  # the GPU's identity: entries are matched by UUID, never by index
+    serial: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    memory_temperature_c: float | None = None
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    utilization_gpu_pct: int | None = None
+    lost: str | None = None  # the GPU was lost when the baseline was recorded
+
+
+class Baseline(NamedTuple):
+    """A node's baseline (`nodewarden.baseline/v1`), as loaded from baseline.json."""
+
+    path: str
+    recorded_at: str  # UTC, ISO 8601
+    hostname: str | None
+    model: str | None
+    profile: str | None
+    gpus: tuple[BaselineGpu, ...]
+    bmc_temperatures_c: dict[str, float]  # BMC sensor name -> reading
+    bmc_fans: dict[str, float]  # fan name -> reading (RPM or %)
+    psu_output_w: dict[str, float]  # PSU name -> output power
+    power_consumed_w: float | None = None
+    forced: bool = False  # recorded with --force on a GPU that was not idle
+
+    def gpu_by_uuid(self, uuid: str) -> BaselineGpu | None:
+        return next((g for g in self.gpus if g.uuid == uuid), None)

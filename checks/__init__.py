@@ -32,6 +32,7 @@ class Check:
     source: str  # host | nvml | redfish | ipmi | kmsg | crosscheck
     remediation: str | None = None
     action: str | None = None  # default recommended operator action on failure
+    reads: tuple[str, ...] = ()  # sources it needs read besides its own (e.g. "nvml", "bmc")
     evaluate: Evaluator | None = field(default=None, repr=False)
 
     @property

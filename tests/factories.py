@@ -96,6 +96,8 @@ def gpu_facts(index: int = 0, **overrides: Any) -> Any:
         "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16, "pcie_replays": 2,
         "nvlink_states": (1,) * 18, "nvlink_errors": {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0},
         "fabric_state": "completed", "fabric_status": "success", "recovery_action": 0,
+        "utilization_gpu_pct": 0, "utilization_memory_pct": 0, "sm_clock_mhz": 345, "memory_clock_mhz": 2619,
+        "compute_processes": (),
     }
     values.update(overrides)
     return GpuFacts(index=index, **values)

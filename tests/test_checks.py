@@ -32,7 +32,7 @@ EXPECTED_IDS = {
     "gpu.driver", "gpu.cuda", "gpu.xid", "gpu.recovery_action",
     "bmc.reachable", "bmc.health_rollup", "bmc.psu", "bmc.fans", "bmc.temperatures", "bmc.leak", "bmc.firmware",
     "firmware.consistency", "bmc.events", "bios.attribute", "bmc.switches", "crosscheck.gpu_count", "crosscheck.gpu_temperature",
-    "crosscheck.gpu_health",
+    "crosscheck.gpu_health", "baseline.drift",
 }
 
 

@@ -185,7 +185,7 @@ def test_only_and_skip_select_checks(run_cli: RunCli) -> None:
     assert {f["check"] for f in report["findings"]} == {"host.thp.enabled", "host.thp.defrag", "net.mtu",
                                                          "profile.match", "source.available"}
     _, skipped = audit(run_cli, "hgx-h100-drifted", *(arg for area in ("host", "source", "gpu", "crosscheck", "bmc",
-                                                                          "bios", "firmware")
+                                                                          "bios", "firmware", "baseline")
                                                        for arg in ("--skip", f"{area}.*")))
     assert {f["check"] for f in skipped["findings"]} == {"net.mtu", "profile.match"}
     assert skipped["sources"]["nvml"]["configured"] is False  # no GPU check selected: NVML is not read

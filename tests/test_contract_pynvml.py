@@ -71,7 +71,11 @@ def test_every_call_the_reader_makes_binds_to_the_real_signature() -> None:
     facts, status = read_nvml(spy)
     assert status.ok, status.error
     assert {"nvmlDeviceGetFieldValues", "nvmlDeviceGetTemperatureThreshold", "nvmlDeviceGetGpuFabricInfoV",
-            "nvmlDeviceGetEccMode", "nvmlDeviceGetHandleByIndex"} <= spy.called
+            "nvmlDeviceGetEccMode", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUtilizationRates",
+            "nvmlDeviceGetClockInfo", "nvmlDeviceGetComputeRunningProcesses"} <= spy.called
+    gpu = facts.gpus[0]  # type: ignore[union-attr]
+    assert (gpu.utilization_gpu_pct, gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.compute_processes) == (
+        0, 345, 2619, ())
     # Fallback paths too: an old driver without the newer calls.
     old = simulated_recording("hgx-h100-healthy")
     for device in old["devices"]:

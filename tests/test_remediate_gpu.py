@@ -129,8 +129,12 @@ def test_every_setter_call_binds_to_the_real_signature(node: Path, tmp_path: Pat
 
 
 def _set_gpu1(node: Path, **entries: Any) -> None:
+    """Set GPU 1's recorded answers; None removes one (the call is then not in the recording)."""
     data = json.loads((node / "nvml.json").read_text())
-    data["devices"][1].update(entries)
+    device = data["devices"][1]
+    device.update({key: value for key, value in entries.items() if value is not None})
+    for key in (key for key, value in entries.items() if value is None):
+        device.pop(key, None)
     (node / "nvml.json").unlink()  # shares an inode with the module's capture
     (node / "nvml.json").write_text(json.dumps(data, indent=2) + "\n")
 
@@ -162,9 +166,7 @@ def test_compute_mode_is_disruptive_and_needs_allow(run_cli: RunCli, node: Path,
 def test_compute_mode_is_refused_while_the_gpu_may_be_busy(run_cli: RunCli, node: Path, tmp_path: Path,
                                                           empty_config: Path, processes: dict[str, Any],
                                                           reason: str) -> None:
-    entries = {**IDLE, **processes}
-    if entries["nvmlDeviceGetComputeRunningProcesses"] is None:
-        del entries["nvmlDeviceGetComputeRunningProcesses"]  # not recorded: maybe busy
+    entries = {**IDLE, **processes}  # a None list: not recorded, so maybe busy
     _set_gpu1(node, **entries)
     before = (node / "nvml.json").read_bytes()
     code, result = remediate(run_cli, node, tmp_path / "state", empty_config, "--apply",

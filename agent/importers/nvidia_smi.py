@@ -127,6 +127,10 @@ def _paths() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         "default_app_graphics": (("Default Applications Clocks/Graphics",),
                                  ("default_applications_clocks/graphics_clock",)),
         "default_app_memory": (("Default Applications Clocks/Memory",), ("default_applications_clocks/mem_clock",)),
+        "clock_sm": (("Clocks/SM",), ("clocks/sm_clock",)),
+        "clock_memory": (("Clocks/Memory",), ("clocks/mem_clock",)),
+        "util_gpu": (("Utilization/Gpu",), ("utilization/gpu_util",)),
+        "util_memory": (("Utilization/Memory",), ("utilization/memory_util",)),
         "retired_sbe": (("Retired Pages/Single Bit ECC",),
                         ("retired_pages/multiple_single_bit_retirement/retired_count",)),
         "retired_dbe": (("Retired Pages/Double Bit ECC",), ("retired_pages/double_bit_retirement/retired_count",)),
@@ -572,6 +576,10 @@ def _mhz(text: str) -> int:
     return int(_match(r"(\d+)\s*MHz", text).group(1))
 
 
+def _percent(text: str) -> int:
+    return int(_match(r"(\d+)\s*%", text).group(1))
+
+
 def _milliwatts(text: str) -> int:
     try:
         return int(Decimal(_match(r"(\d+(?:\.\d+)?)\s*W", text).group(1)) * 1000)
@@ -693,8 +701,17 @@ class _GpuMapper:
         put("nvmlDeviceGetApplicationsClock(2)", self.convert("app_memory", _mhz))
         put("nvmlDeviceGetDefaultApplicationsClock(0)", self.convert("default_app_graphics", _mhz))
         put("nvmlDeviceGetDefaultApplicationsClock(2)", self.convert("default_app_memory", _mhz))
+        # Current clocks (NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2) and utilization (baselines).
+        put("nvmlDeviceGetClockInfo(1)", self.convert("clock_sm", _mhz))
+        put("nvmlDeviceGetClockInfo(2)", self.convert("clock_memory", _mhz))
+        put("nvmlDeviceGetUtilizationRates", self.utilization())
         put("nvmlDeviceGetGpuFabricInfoV", self.fabric())
         return out
+
+    def utilization(self) -> Any:
+        """c_nvmlUtilization_t {gpu, memory}: one call answers both or fails as a whole."""
+        rates = self.pair("util_gpu", "util_memory", _percent)
+        return {"gpu": rates[0], "memory": rates[1]} if isinstance(rates, list) else rates
 
     def pair(self, first: str, second: str, parse: Callable[[str], int] = _enabled) -> Any:
         """[current, pending] or [min, max]: NVML answers both or fails as a whole."""

@@ -226,6 +226,7 @@ class NvmlReader:
         inforom = self.call("nvmlDeviceValidateInforom", handle)
         app_clocks = self.clock_pair("nvmlDeviceGetApplicationsClock", handle)
         default_app_clocks = self.clock_pair("nvmlDeviceGetDefaultApplicationsClock", handle)
+        utilization = self.call("nvmlDeviceGetUtilizationRates", handle)
         return GpuFacts(
             index=index,
             name=_map(self.call("nvmlDeviceGetName", handle), _text),
@@ -281,6 +282,11 @@ class NvmlReader:
             pcie_width=_map(self.call("nvmlDeviceGetCurrPcieLinkWidth", handle), int),
             pcie_width_max=_map(self.call("nvmlDeviceGetMaxPcieLinkWidth", handle), int),
             **self.read_fabric(handle),
+            utilization_gpu_pct=_map(utilization, lambda u: int(u.gpu)),
+            utilization_memory_pct=_map(utilization, lambda u: int(u.memory)),
+            sm_clock_mhz=_map(self.call("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM), int),
+            memory_clock_mhz=_map(self.call("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM), int),
+            compute_processes=_map(self.call("nvmlDeviceGetComputeRunningProcesses", handle), _pids),
             calls=self._gpu_calls,
         )
 
@@ -356,6 +362,11 @@ def _map(value: Any, func: Callable[[Any], Any]) -> Any:
 
 def _enabled(value: Any) -> str:
     return "enabled" if int(value) == 1 else "disabled"
+
+
+def _pids(processes: Any) -> tuple[int, ...]:
+    """PIDs from NVML's process list (objects with `pid`; dicts in hand-written recordings)."""
+    return tuple(sorted({int(p["pid"] if isinstance(p, dict) else p.pid) for p in processes}))
 
 
 def _watts(milliwatts: Any) -> float:
@@ -498,7 +509,8 @@ def _to_jsonable(value: Any) -> Any:
         return {name: _to_jsonable(getattr(value, name)) for name, *_ in value._fields_}
     if isinstance(value, ctypes._SimpleCData):
         return value.value
-    if isinstance(value, SimpleNamespace):  # a replayed structure (recording a recording)
+    if isinstance(value, SimpleNamespace) or type(value).__name__ == "nvmlFriendlyObject":
+        # a replayed structure (recording a recording), or pynvml's process entries
         return {k: _to_jsonable(v) for k, v in vars(value).items()}
     return repr(value)
 

@@ -1,0 +1,466 @@
+"""Node baselines: the idle readings a node gave when it arrived, for later audits to compare with.
+
+`nodewarden baseline record` reads the GPUs (NVML) and the BMC once and writes
+`baseline.json` (`nodewarden.baseline/v1`): per GPU its idle power,
+temperatures and current clocks, keyed by index but identified by UUID and
+serial (a swapped GPU is recognised as such), and the BMC's temperature
+sensors, fans and PSU power. It refuses while a GPU is busy, since readings
+under load are no baseline. `baseline show` prints a recorded file.
+
+Where a node's baseline lives: `<config.state_dir>/baseline.json` on a live
+node, `DIR/baseline.json` for a snapshot DIR (`--snapshot`, `--simulate`).
+`run_audit` loads it into `NodeFacts.baseline`; the check `baseline.drift`
+compares (checks/baseline_drift.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+import click
+
+from agent.errors import EXIT_FAIL, NodewardenError
+
+# agent.cli imports this module for its command group: what `nodewarden --version` need not load
+# (facts, engine, sources) is imported inside the functions.
+if TYPE_CHECKING:
+    from agent.config import Config
+    from agent.engine import AuditRequest, NodeSource
+    from agent.facts import Baseline, BmcFacts, GpuFacts, NvmlFacts
+    from agent.model import Unknown
+    from agent.profiles import ProfileStore
+
+BASELINE_SCHEMA = "nodewarden.baseline/v1"
+BASELINE_FILE = "baseline.json"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class BaselineError(NodewardenError):
+    """A baseline file that is missing, unreadable or not `nodewarden.baseline/v1`."""
+
+
+def baseline_path(node: NodeSource, config: Config) -> Path:
+    """Where this node's baseline lives: inside its snapshot, else in the state directory."""
+    if node.snapshot is not None:
+        return node.snapshot.path / BASELINE_FILE
+    return config.state_dir / BASELINE_FILE
+
+
+def load_node_baseline(node: NodeSource, config: Config) -> Baseline | Unknown:
+    """The node's baseline for `NodeFacts.baseline`; never raises."""
+    return load_baseline(baseline_path(node, config))
+
+
+def load_baseline(path: Path) -> Baseline | Unknown:
+    """The baseline in `path`: Unsupported when none was recorded, Unknown when it cannot be used."""
+    from agent.facts import NO_BASELINE
+    from agent.model import Unknown
+
+    try:
+        return parse_baseline(read_document(path), str(path))
+    except FileNotFoundError:
+        return NO_BASELINE
+    except BaselineError as exc:
+        return Unknown(f"baseline unusable: {exc}")
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """The JSON object in `path` (FileNotFoundError when there is none)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(f"cannot read: {exc}", path=str(path)) from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise BaselineError(f"not JSON: {exc}", path=str(path)) from None
+    if not isinstance(doc, dict):
+        raise BaselineError("a baseline is a JSON object", path=str(path))
+    return doc
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+
+def _fail(path: str, where: str, what: str) -> BaselineError:
+    return BaselineError(f"{where}: {what}", path=path)
+
+
+def _number(entry: dict[str, Any], key: str, path: str, where: str) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(path, f"{where}.{key}", f"expected a number or null, got {value!r}")
+    return float(value)
+
+
+def _integer(entry: dict[str, Any], key: str, path: str, where: str) -> int | None:
+    value = _number(entry, key, path, where)
+    return None if value is None else round(value)
+
+
+def _text(entry: dict[str, Any], key: str, path: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _fail(path, f"{where}.{key}", f"expected a string or null, got {value!r}")
+    return value
+
+
+def _object(value: Any, path: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(path, where, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _readings(section: dict[str, Any], key: str, path: str, value_key: str | None = None) -> dict[str, float]:
+    """{name: number} (or {name: {value_key: number}}); null readings are left out."""
+    out: dict[str, float] = {}
+    for name, value in _object(section.get(key) or {}, path, f"bmc.{key}").items():
+        entry = _object(value, path, f"bmc.{key}.{name}") if value_key else {"v": value}
+        number = _number(entry, value_key or "v", path, f"bmc.{key}.{name}")
+        if number is not None:
+            out[str(name)] = number
+    return out
+
+
+def parse_baseline(doc: dict[str, Any], path: str) -> Baseline:
+    """A `nodewarden.baseline/v1` document -> Baseline. Unknown keys are ignored (newer writers)."""
+    from agent.facts import Baseline, BaselineGpu
+
+    if doc.get("schema") != BASELINE_SCHEMA:
+        raise BaselineError(f"not a {BASELINE_SCHEMA} file (schema: {doc.get('schema')!r})", path=path)
+    recorded_at = doc.get("recorded_at")
+    if not isinstance(recorded_at, str):
+        raise _fail(path, "recorded_at", "missing")
+    node = _object(doc.get("node") or {}, path, "node")
+    gpus = []
+    for key, value in _object(doc.get("gpus") or {}, path, "gpus").items():
+        where = f"gpus.{key}"
+        if not str(key).isdigit():
+            raise _fail(path, where, "GPU keys are NVML indices (0, 1, ...)")
+        entry = _object(value, path, where)
+        gpus.append(BaselineGpu(
+            index=int(key), uuid=_text(entry, "uuid", path, where), serial=_text(entry, "serial", path, where),
+            name=_text(entry, "name", path, where), pci_bus_id=_text(entry, "pci_bus_id", path, where),
+            power_w=_number(entry, "power_w", path, where),
+            temperature_c=_number(entry, "temperature_c", path, where),
+            memory_temperature_c=_number(entry, "memory_temperature_c", path, where),
+            sm_clock_mhz=_integer(entry, "sm_clock_mhz", path, where),
+            memory_clock_mhz=_integer(entry, "memory_clock_mhz", path, where),
+            utilization_gpu_pct=_integer(entry, "utilization_gpu_pct", path, where),
+            lost=_text(entry, "lost", path, where)))
+    bmc = _object(doc.get("bmc") or {}, path, "bmc")
+    return Baseline(
+        path=path, recorded_at=recorded_at, hostname=_text(node, "hostname", path, "node"),
+        model=_text(node, "model", path, "node"), profile=_text(node, "profile", path, "node"),
+        gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+        bmc_temperatures_c=_readings(bmc, "temperatures_c", path),
+        bmc_fans=_readings(bmc, "fans", path, "reading"),
+        psu_output_w=_readings(bmc, "psu_output_w", path),
+        power_consumed_w=_number(bmc, "power_consumed_w", path, "bmc"),
+        forced=doc.get("forced") is True,
+    )
+
+
+# --- recording --------------------------------------------------------------------------------
+
+
+class Recording(NamedTuple):
+    """A baseline document, and why it should not be trusted as one (busy GPUs)."""
+
+    doc: dict[str, Any]
+    busy: list[str]  # one line per GPU that is not (provably) idle
+    notes: list[str]  # what could not be recorded
+
+
+def _known(value: Any) -> Any:
+    from agent.model import Unknown
+
+    return None if isinstance(value, Unknown) else value
+
+
+def gpu_entry(gpu: GpuFacts) -> dict[str, Any]:
+    """One GPU's idle readings (null where NVML could not tell)."""
+    if gpu.lost is not None:
+        return {"uuid": None, "serial": None, "lost": gpu.lost}
+    return {
+        "uuid": _known(gpu.uuid), "serial": _known(gpu.serial), "name": _known(gpu.name),
+        "pci_bus_id": _known(gpu.pci_bus_id), "power_w": _known(gpu.power_w),
+        "temperature_c": _known(gpu.temperature_c), "memory_temperature_c": _known(gpu.memory_temperature_c),
+        "sm_clock_mhz": _known(gpu.sm_clock_mhz), "memory_clock_mhz": _known(gpu.memory_clock_mhz),
+        "utilization_gpu_pct": _known(gpu.utilization_gpu_pct),
+    }
+
+
+def bmc_entry(bmc: BmcFacts, notes: list[str]) -> dict[str, Any]:
+    """The BMC's sensor readings, by name (sorted, so the file does not depend on read order)."""
+    from agent.model import Unknown
+
+    temperatures: dict[str, float] = {}
+    fans: dict[str, dict[str, Any]] = {}
+    psus: dict[str, float] = {}
+    if isinstance(bmc.temperatures, Unknown):
+        notes.append(f"BMC temperatures: {bmc.temperatures.reason}")
+    else:
+        for t in bmc.temperatures:
+            if t.reading is not None and t.state != "Absent":
+                temperatures.setdefault(t.name, float(t.reading))
+    if isinstance(bmc.fans, Unknown):
+        notes.append(f"BMC fans: {bmc.fans.reason}")
+    else:
+        for fan in bmc.fans:
+            if fan.reading is not None and fan.state != "Absent":
+                fans.setdefault(fan.name, {"reading": float(fan.reading), "units": fan.units})
+    if isinstance(bmc.psus, Unknown):
+        notes.append(f"BMC power supplies: {bmc.psus.reason}")
+    else:
+        for psu in bmc.psus:
+            if psu.output_w is not None:
+                psus.setdefault(psu.name, float(psu.output_w))
+    return {
+        "protocol": bmc.protocol,
+        "temperatures_c": dict(sorted(temperatures.items())),
+        "fans": dict(sorted(fans.items())),
+        "psu_output_w": dict(sorted(psus.items())),
+        "power_consumed_w": _known(bmc.power_consumed_w),
+    }
+
+
+def busy_reasons(nvml: NvmlFacts) -> list[str]:
+    """One line per GPU that is busy, or whose idleness cannot be shown (lost GPUs are not busy)."""
+    from agent.facts import gpu_activity
+    from agent.model import Unknown
+
+    reasons = []
+    for gpu in nvml.gpus:
+        if gpu.lost is not None:
+            continue
+        activity = gpu_activity(gpu)
+        if isinstance(activity, Unknown):
+            reasons.append(f"{gpu.label}: cannot tell whether it is idle: {activity.reason}")
+        elif activity is not None:
+            reasons.append(f"{gpu.label}: {activity}")
+    return reasons
+
+
+def record_baseline(request: AuditRequest, node: NodeSource | None = None, store: ProfileStore | None = None,
+                    now: dt.datetime | None = None) -> Recording:
+    """Read the node once (host identity, NVML, BMC) and build its baseline document.
+
+    `recorded_at` is when the readings were taken: now, or a snapshot's `captured_at`.
+    """
+    from agent.engine import _node_info, _observed_at, _read_host, choose_profile, open_node, read_bmc
+    from agent.errors import AuditError
+    from agent.facts import BmcFacts, NvmlFacts
+    from agent.model import Unknown, Unsupported
+    from agent.profiles import ProfileStore
+    from agent.sources.host import absent_host_facts
+
+    config = request.config
+    node = node or open_node(request)
+    host = _read_host(node)[0] if node.captured("host") and node.fs is not None else absent_host_facts(
+        "not in this snapshot")
+    notes: list[str] = []
+    nvml: NvmlFacts | Unknown
+    if node.captured("nvml"):
+        nvml, _status = node.read_nvml(request.nvml_timeout_s)
+        if isinstance(nvml, Unknown):
+            raise AuditError(f"cannot record a baseline: NVML unavailable: {nvml.reason}")
+        if nvml.incomplete:
+            raise AuditError(f"cannot record a baseline: {nvml.incomplete}")
+    else:
+        nvml = Unsupported("not in this snapshot")
+        notes.append("GPUs: not in this snapshot")
+    bmc, _statuses = read_bmc(node, request.bmc)
+    bmc_doc: dict[str, Any] | None = None
+    if isinstance(bmc, BmcFacts):
+        bmc_doc = bmc_entry(bmc, notes)
+    elif isinstance(bmc, Unsupported):
+        notes.append(f"BMC: not recorded ({bmc.reason}; --bmc URL or --ipmi HOST)")
+    else:
+        notes.append(f"BMC: not recorded ({bmc.reason})")
+    store = store or ProfileStore(config.profile_dirs, config.overrides_file)
+    profile = choose_profile(request, store, host, nvml)[0]
+    info = _node_info(host, node)
+    model = info["model"] or (_known(bmc.model) if isinstance(bmc, BmcFacts) else None)
+    stamp = _observed_at(node, now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
+    busy = busy_reasons(nvml) if isinstance(nvml, NvmlFacts) else []
+    gpus = {str(g.index): gpu_entry(g) for g in sorted(nvml.gpus, key=lambda g: g.index)} if isinstance(
+        nvml, NvmlFacts) else {}
+    for gpu in nvml.gpus if isinstance(nvml, NvmlFacts) else ():
+        if gpu.lost is not None:
+            notes.append(f"{gpu.label}: {gpu.lost}")
+    doc: dict[str, Any] = {
+        "schema": BASELINE_SCHEMA,
+        "recorded_at": stamp.isoformat(timespec="seconds"),
+        "node": {"hostname": info["hostname"], "model": model, "profile": profile.name},
+        "forced": False,
+        "notes": notes,
+        "gpus": gpus,
+        "bmc": bmc_doc,
+    }
+    return Recording(doc, busy, notes)
+
+
+def baseline_text(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_baseline(path: Path, doc: dict[str, Any]) -> None:
+    """Atomically (temporary file in the same folder, fsync, rename), mode 0644: it holds no secrets."""
+    from agent.report import write_atomic
+
+    write_atomic(path, baseline_text(doc))
+
+
+# --- show -------------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def render_table(doc: dict[str, Any], path: Path) -> str:
+    baseline = parse_baseline(doc, str(path))
+    where = " ".join(x for x in (baseline.hostname, f"({baseline.model})" if baseline.model else None) if x)
+    lines = [f"baseline of {where or 'an unnamed node'}, profile {baseline.profile or '-'}, "
+             f"recorded {baseline.recorded_at}" + (" with --force (GPUs were not idle)" if baseline.forced else ""),
+             f"file: {path}", ""]
+    header = ("GPU", "UUID", "serial", "power W", "temp C", "mem C", "SM MHz", "mem MHz", "util %")
+    rows = [header]
+    for gpu in baseline.gpus:
+        rows.append((str(gpu.index), "lost" if gpu.lost else gpu.uuid or "-",
+                     _cell(gpu.serial), _cell(gpu.power_w), _cell(gpu.temperature_c),
+                     _cell(gpu.memory_temperature_c), _cell(gpu.sm_clock_mhz), _cell(gpu.memory_clock_mhz),
+                     _cell(gpu.utilization_gpu_pct)))
+    if baseline.gpus:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                  for row in rows]
+    else:
+        lines.append("no GPUs recorded")
+    bmc = doc.get("bmc")
+    if isinstance(bmc, dict):
+        lines += ["", f"BMC ({bmc.get('protocol') or '?'})"]
+        fans = {name: f"{_cell(value.get('reading'))} {value.get('units') or ''}".rstrip()
+                for name, value in (bmc.get("fans") or {}).items() if isinstance(value, dict)}
+        for title, values, unit in (("temperatures", baseline.bmc_temperatures_c, " C"),
+                                    ("fans", fans, ""), ("PSU output", baseline.psu_output_w, " W")):
+            if not values:
+                continue
+            lines.append(f"  {title}")
+            width = max(len(name) for name in values)
+            lines += [f"    {name.ljust(width)}  {_cell(value)}{unit}" for name, value in values.items()]
+        if baseline.power_consumed_w is not None:
+            lines.append(f"  power consumed  {_cell(baseline.power_consumed_w)} W")
+    else:
+        lines += ["", "BMC: not recorded"]
+    for note in doc.get("notes") or []:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+# --- command line (`nodewarden baseline ...`; agent/cli.py adds the group) ---------------------
+
+
+def _source_options(func: F) -> F:
+    """The SOURCE OPTIONS of agent.cli.source_options, replicated: agent.cli imports this module,
+    so importing it here would be a cycle (tests/test_baseline.py keeps the two identical)."""
+    options = [
+        click.option("--simulate", metavar="NAME", help="Replay a simulated node shipped with nodewarden."),
+        click.option("--snapshot", type=click.Path(path_type=Path), metavar="DIR",
+                     help="Replay a recorded snapshot directory."),
+        click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
+                     help="Config file (default /etc/nodewarden/config.yaml if present)."),
+        click.option("--bmc", "bmc_url", metavar="URL", help="Redfish service of the node's BMC (https://host)."),
+        click.option("--ipmi", "ipmi_host", metavar="HOST[:PORT]",
+                     help="IPMI-over-LAN BMC (where Redfish is missing or unusable)."),
+        click.option("--bmc-user", metavar="USER", help="BMC user name."),
+        click.option("--bmc-password-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+                     help="File holding the BMC password; must be readable by its owner only."),
+        click.option("--bmc-ca-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+                     help="CA bundle to verify the BMC's TLS certificate."),
+        click.option("--bmc-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (reported)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group()
+def baseline() -> None:
+    """Record a node's idle readings when it arrives; `baseline.drift` compares later audits with them."""
+
+
+@baseline.command("record")
+@_source_options
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Write here (default: <state_dir>/baseline.json, or DIR/baseline.json for --snapshot DIR).")
+@click.option("--force", is_flag=True, help="Record even though a GPU is not idle (its readings are then no "
+              "idle baseline).")
+def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Path | None, out: Path | None,
+                    force: bool, **bmc: Any) -> None:
+    """Record this node's idle GPU and BMC readings. Exit 0 recorded, 1 a GPU is not idle, 2 bad input."""
+    from agent.cli import _bmc_options, _config
+    from agent.engine import AuditRequest, open_node
+
+    config = _config(config_path)
+    request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, bmc=_bmc_options(config, bmc))
+    node = open_node(request)
+    if out is None:
+        if node.mode == "simulated":
+            raise click.UsageError("a simulated node is read-only: give --out FILE")
+        out = baseline_path(node, config)
+    recording = record_baseline(request, node)
+    if recording.busy and not force:
+        for line in recording.busy:
+            click.echo(f"  {line}", err=True)
+        click.echo(f"nodewarden: error: not recording a baseline: {len(recording.busy)} GPU(s) not idle "
+                   "(idle readings need idle GPUs: drain the node, or use --force)", err=True)
+        sys.exit(EXIT_FAIL)
+    if recording.busy:
+        recording.doc["forced"] = True
+        recording.notes.extend(f"not idle when recorded: {line}" for line in recording.busy)
+    write_baseline(out, recording.doc)
+    for note in recording.notes:
+        click.echo(f"nodewarden: warning: {note}", err=True)
+    bmc_doc = recording.doc["bmc"] or {}
+    click.echo(f"recorded the baseline of {recording.doc['node']['hostname'] or 'this node'}: "
+               f"{len(recording.doc['gpus'])} GPU(s), {len(bmc_doc.get('temperatures_c') or {})} BMC temperature "
+               f"sensor(s), into {out}")
+
+
+@baseline.command("show")
+@click.option("--file", "file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Baseline file (default: <state_dir>/baseline.json from the config).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
+              help="Config file (default /etc/nodewarden/config.yaml if present).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]),
+              help="Output format (default: table on a terminal, json otherwise).")
+def baseline_show(file: Path | None, config_path: Path | None, fmt: str | None) -> None:
+    """Print a recorded baseline."""
+    from agent.cli import _config
+
+    path = file if file is not None else _config(config_path).state_dir / BASELINE_FILE
+    try:
+        doc = read_document(path)
+    except FileNotFoundError:
+        raise BaselineError("no baseline recorded here (`nodewarden baseline record` writes one)",
+                            path=str(path)) from None
+    parse_baseline(doc, str(path))  # validate before printing anything
+    fmt = fmt or ("table" if sys.stdout.isatty() else "json")
+    click.echo(baseline_text(doc) if fmt == "json" else render_table(doc, path), nl=False)
