@@ -243,3 +243,19 @@ def test_baselines_are_summarised() -> None:
     baselines = fleet["baselines"]
     assert (baselines["nodes_with_baseline"], baselines["nodes_without_baseline"]) == (2, 1)
     assert [(r["node"], r["subject"], r["status"]) for r in baselines["drifting"]] == [("a", "gpu5:temperature", "fail")]
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    from agent.fleet import progress_bar
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert progress_bar(io.StringIO()) is None  # a pipe or log file stays clean
+    stream = Tty()
+    show = progress_bar(stream)
+    assert show is not None
+    show(5, 10)
+    show(10, 10)
+    assert "5/10" in stream.getvalue() and stream.getvalue().endswith("10/10\n")
