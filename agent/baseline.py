@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
+from agent.cli_options import source_options
 from agent.errors import EXIT_FAIL, NodewardenError
 
 # agent.cli imports this module for its command group: what `nodewarden --version` need not load
@@ -377,37 +378,13 @@ def render_table(doc: dict[str, Any], path: Path) -> str:
 # --- command line (`nodewarden baseline ...`; agent/cli.py adds the group) ---------------------
 
 
-def _source_options(func: F) -> F:
-    """The SOURCE OPTIONS of agent.cli.source_options, replicated: agent.cli imports this module,
-    so importing it here would be a cycle (tests/test_baseline.py keeps the two identical)."""
-    options = [
-        click.option("--simulate", metavar="NAME", help="Replay a simulated node shipped with nodewarden."),
-        click.option("--snapshot", type=click.Path(path_type=Path), metavar="DIR",
-                     help="Replay a recorded snapshot directory."),
-        click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
-                     help="Config file (default /etc/nodewarden/config.yaml if present)."),
-        click.option("--bmc", "bmc_url", metavar="URL", help="Redfish service of the node's BMC (https://host)."),
-        click.option("--ipmi", "ipmi_host", metavar="HOST[:PORT]",
-                     help="IPMI-over-LAN BMC (where Redfish is missing or unusable)."),
-        click.option("--bmc-user", metavar="USER", help="BMC user name."),
-        click.option("--bmc-password-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
-                     help="File holding the BMC password; must be readable by its owner only."),
-        click.option("--bmc-ca-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
-                     help="CA bundle to verify the BMC's TLS certificate."),
-        click.option("--bmc-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (reported)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
 @click.group()
 def baseline() -> None:
     """Record a node's idle readings when it arrives; `baseline.drift` compares later audits with them."""
 
 
 @baseline.command("record")
-@_source_options
+@source_options
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Write here (default: <state_dir>/baseline.json, or DIR/baseline.json for --snapshot DIR).")
 @click.option("--force", is_flag=True, help="Record even though a GPU is not idle (its readings are then no "

@@ -1,0 +1,34 @@
+"""Command-line options shared by several modules' commands (agent.cli, agent.baseline)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def source_options(func: F) -> F:
+    """--simulate / --snapshot / --config, shared by every command that reads a node."""
+    options = [
+        click.option("--simulate", metavar="NAME", help="Replay a simulated node shipped with nodewarden."),
+        click.option("--snapshot", type=click.Path(path_type=Path), metavar="DIR",
+                     help="Replay a recorded snapshot directory."),
+        click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
+                     help="Config file (default /etc/nodewarden/config.yaml if present)."),
+        click.option("--bmc", "bmc_url", metavar="URL", help="Redfish service of the node's BMC (https://host)."),
+        click.option("--ipmi", "ipmi_host", metavar="HOST[:PORT]",
+                     help="IPMI-over-LAN BMC (where Redfish is missing or unusable)."),
+        click.option("--bmc-user", metavar="USER", help="BMC user name."),
+        click.option("--bmc-password-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+                     help="File holding the BMC password; must be readable by its owner only."),
+        click.option("--bmc-ca-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+                     help="CA bundle to verify the BMC's TLS certificate."),
+        click.option("--bmc-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (reported)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
