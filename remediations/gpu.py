@@ -36,8 +36,16 @@ def _watts(value: Any) -> str:
     return f"{watts:g}"
 
 
-def _gpu(finding: Finding, ctx: PlanContext, action_id: str) -> GpuFacts | Action:
-    """The finding's GPU as the audit reads it, or a refused action saying why not."""
+def _gpu(finding: Finding, ctx: PlanContext, action_id: str,
+         action_class: ActionClass = ActionClass.SAFE) -> GpuFacts | Action:
+    """The finding's GPU as the audit reads it, or a refused action (of the actuator's class) saying why not."""
+    found = _read_gpu(finding, ctx, action_id)
+    if isinstance(found, Action):
+        found.action_class = action_class
+    return found
+
+
+def _read_gpu(finding: Finding, ctx: PlanContext, action_id: str) -> GpuFacts | Action:
     match = _GPU_RE.match(finding.subject)
     if match is None:
         return refused(action_id, finding, ActionClass.SAFE, finding.observed, f"not a GPU subject: {finding.subject}")
@@ -123,14 +131,22 @@ def gpu_processes(ctx: PlanContext, index: int) -> list[int] | str:
     return sorted(set(pids))
 
 
+def refuse_while_busy(ctx: PlanContext, index: int, action_id: str, finding: Finding, before: Any) -> Action | None:
+    """A disruptive change waits for an idle GPU: refused while processes run, or when that is unknown."""
+    busy = gpu_processes(ctx, index)
+    if not isinstance(busy, str) and not busy:
+        return None
+    why = busy if isinstance(busy, str) else f"processes {', '.join(map(str, busy))} are running on it"
+    return refused(action_id, finding, ActionClass.DISRUPTIVE, before, f"{why}; drain the GPU first")
+
+
 @actuator("gpu_compute_mode")
 def plan_compute_mode(finding: Finding, ctx: PlanContext) -> list[Action]:
     """Compute mode is `disruptive`: running jobs may lose access, so it is refused while any run."""
     action_id = f"gpu_compute_mode:{finding.subject}"
     expectation = ctx.profile.expectation("gpu", "compute_mode")
-    gpu = _gpu(finding, ctx, action_id)
+    gpu = _gpu(finding, ctx, action_id, ActionClass.DISRUPTIVE)
     if isinstance(gpu, Action):
-        gpu.action_class = ActionClass.DISRUPTIVE
         return [gpu]
     value = target_value(expectation) if expectation else None
     mode = next((m for m, name in COMPUTE_MODES.items() if name == value), None)
@@ -139,11 +155,9 @@ def plan_compute_mode(finding: Finding, ctx: PlanContext) -> list[Action]:
                         f"the profile names no NVML compute mode ({', '.join(COMPUTE_MODES.values())})")]
     if expectation.evaluate(gpu.compute_mode).ok:
         return []
-    busy = gpu_processes(ctx, gpu.index)
-    if isinstance(busy, str) or busy:
-        why = busy if isinstance(busy, str) else f"processes {', '.join(map(str, busy))} are running on it"
-        return [refused(action_id, finding, ActionClass.DISRUPTIVE, gpu.compute_mode,
-                        f"{why}; drain the GPU first")]
+    busy = refuse_while_busy(ctx, gpu.index, action_id, finding, gpu.compute_mode)
+    if busy is not None:
+        return [busy]
     return [Action(action_id, "gpu_compute_mode", ActionClass.DISRUPTIVE, finding.subject, finding.check,
                    gpu.compute_mode, value, expectation=expectation,
                    changes=(NvmlSet(gpu.index, "nvmlDeviceGetComputeMode", "nvmlDeviceSetComputeMode", mode,
@@ -159,9 +173,8 @@ def plan_ecc(finding: Finding, ctx: PlanContext) -> list[Action]:
     """ECC is `reboot` class: NVML stages the mode; it takes effect at the next GPU reset or reboot."""
     action_id = f"gpu_ecc:{finding.subject}"
     expectation = ctx.profile.expectation("gpu", "ecc", "mode")
-    gpu = _gpu(finding, ctx, action_id)
+    gpu = _gpu(finding, ctx, action_id, ActionClass.REBOOT)
     if isinstance(gpu, Action):
-        gpu.action_class = ActionClass.REBOOT
         return [gpu]
     value = target_value(expectation) if expectation else None
     if expectation is None or value not in ("enabled", "disabled"):
@@ -181,9 +194,8 @@ def plan_app_clocks(finding: Finding, ctx: PlanContext) -> list[Action]:
     """Application clocks back to the board's defaults: `disruptive` (running jobs' clocks change)."""
     action_id = f"gpu_app_clocks:{finding.subject}"
     expectation = ctx.profile.expectation("gpu", "applications_clocks")
-    gpu = _gpu(finding, ctx, action_id)
+    gpu = _gpu(finding, ctx, action_id, ActionClass.DISRUPTIVE)
     if isinstance(gpu, Action):
-        gpu.action_class = ActionClass.DISRUPTIVE
         return [gpu]
     observed = describe_app_clocks(gpu)
     if expectation is None or target_value(expectation) != "default":
@@ -196,10 +208,9 @@ def plan_app_clocks(finding: Finding, ctx: PlanContext) -> list[Action]:
                         f"cannot read the application clocks: {why}")]
     if expectation.evaluate(observed).ok:
         return []
-    busy = gpu_processes(ctx, gpu.index)
-    if isinstance(busy, str) or busy:
-        why = busy if isinstance(busy, str) else f"processes {', '.join(map(str, busy))} are running on it"
-        return [refused(action_id, finding, ActionClass.DISRUPTIVE, observed, f"{why}; drain the GPU first")]
+    busy = refuse_while_busy(ctx, gpu.index, action_id, finding, observed)
+    if busy is not None:
+        return [busy]
     graphics, memory = defaults
 
     def parse(read: Any) -> str:  # [memory, graphics] as read below
