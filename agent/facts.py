@@ -95,6 +95,55 @@ class NetInterface(NamedTuple):
         return self.pci_address is None
 
 
+class RdmaPort(NamedTuple):
+    """One port of an RDMA device (/sys/class/infiniband/DEV/ports/N), in the kernel's formats."""
+
+    port: int
+    state: Maybe[str] = NOT_READ  # "ACTIVE" (sysfs "4: ACTIVE")
+    phys_state: Maybe[str] = NOT_READ  # "LinkUp" (sysfs "5: LinkUp")
+    rate: Maybe[str] = NOT_READ  # "400 Gb/sec (4X NDR)"
+    link_layer: Maybe[str] = NOT_READ  # InfiniBand | Ethernet
+    counters: Maybe[dict[str, int | str]] = NOT_READ  # name -> value, or the text when not a number ("N/A")
+    hw_counters: Maybe[dict[str, int | str]] = NOT_READ
+    netdev: str | None = None  # the netdev this port carries (device/net or gid_attrs/ndevs/0)
+    problems: tuple[str, ...] = ()  # attributes missing from a half-populated port directory
+
+
+class RdmaDevice(NamedTuple):
+    """An RDMA device (HCA) from /sys/class/infiniband."""
+
+    name: str
+    hca_type: Maybe[str] = NOT_READ  # MT4129 (ConnectX-7), MT4123 (ConnectX-6), ...
+    board_id: Maybe[str] = NOT_READ  # the PSID, e.g. MT_0000000838
+    fw_ver: Maybe[str] = NOT_READ
+    pci_address: str | None = None
+    ports: Maybe[tuple[RdmaPort, ...]] = NOT_READ
+
+
+class AcsControl(NamedTuple):
+    """The ACS Control register of a bridge (PCIe extended capability 0x000D)."""
+
+    offset: int  # of the ACS capability in config space
+    control: int  # 16 bits: 0 source validation, 2 P2P request redirect, 3 P2P completion redirect
+
+    @property
+    def redirects(self) -> bool:
+        return bool(self.control & 0x000C)
+
+    def describe(self) -> str:
+        names = (("SrcValid", 0x1), ("TransBlk", 0x2), ("ReqRedir", 0x4), ("CmpltRedir", 0x8),
+                 ("UpstreamFwd", 0x10), ("EgressCtrl", 0x20), ("DirectTrans", 0x40))
+        return " ".join(f"{name}{'+' if self.control & bit else '-'}" for name, bit in names)
+
+
+class IommuFacts(NamedTuple):
+    """IOMMU units the kernel registered (/sys/class/iommu) and what the command line asks for."""
+
+    units: tuple[str, ...]  # dmar0, ivhd0, smmu3.0x..., empty: no IOMMU driver active
+    mode: str  # off | passthrough | translated
+    why: str  # how the mode was decided
+
+
 class IdleState(NamedTuple):
     """One cpuidle state and on how many online CPUs it is disabled.
 
@@ -130,6 +179,33 @@ class KmsgRecord(NamedTuple):
     ts_usec: int | None = None
 
 
+class NvSwitchError(NamedTuple):
+    """An NVSwitch error (SXid), from the kernel log or Fabric Manager's log (agent.sources.fabric)."""
+
+    sxid: int
+    fatal: bool | None  # None: the line does not say (e.g. "SOE HALTED")
+    switch: str | None  # driver instance, "nvswitch2" (kernel log only)
+    pci_address: str | None  # 0000:85:00.0
+    link: int | None  # NVSwitch port; None for switch-wide errors
+    message: str
+    source: str = "kmsg"  # kmsg | fmlog
+    when: str | None = None  # Fabric Manager's time stamp as printed ("Nov 19 2026 14:02:11")
+    ts_usec: int | None = None  # kernel time stamp (since boot)
+
+
+class FabricFacts(NamedTuple):
+    """NVSwitch fabric as the host sees it; NVSwitch PCI functions are in HostFacts.pci (is_nvswitch)."""
+
+    manager: Maybe[str] = NOT_READ  # nvidia-fabricmanager: active | inactive
+    manager_how: str = ""  # what showed it: the cgroup file and a PID, or why it counts as not running
+    log_errors: Maybe[tuple[NvSwitchError, ...]] = NOT_READ  # in the tail of /var/log/fabricmanager.log
+    log_read_bytes: int = 0  # bytes read from the log (bounded: the tail only)
+    log_size: int | None = None  # the log's size when read
+
+
+NO_FABRIC = FabricFacts()  # immutable: one shared default (nothing read)
+
+
 @dataclass
 class HostFacts:
     hostname: Maybe[str]
@@ -147,6 +223,10 @@ class HostFacts:
     interfaces: Maybe[tuple[NetInterface, ...]]
     cpu: CpuFacts
     uptime_s: Maybe[float] = NOT_READ
+    fabric: FabricFacts = NO_FABRIC  # Fabric Manager and its log (agent.sources.fabric)
+    rdma: Maybe[tuple[RdmaDevice, ...]] = NOT_READ  # /sys/class/infiniband; () without an RDMA stack
+    pcie_acs: Maybe[dict[str, Maybe[AcsControl | None]]] = NOT_READ  # bridge -> ACS (None: no capability)
+    iommu: Maybe[IommuFacts] = NOT_READ
 
     @property
     def kernel_params(self) -> Maybe[dict[str, str | None]]:

@@ -70,6 +70,7 @@ class NodeMetrics:
         bmc = facts.bmc if facts is not None else None
         families += gpu_families(nvml if isinstance(nvml, NvmlFacts) else None)
         families += bmc_families(bmc if isinstance(bmc, BmcFacts) else None)
+        families += rdma_families(facts.host.rdma if facts is not None else None)
         families.append(firmware_family(nvml if isinstance(nvml, NvmlFacts) else None,
                                         bmc if isinstance(bmc, BmcFacts) else None))
         host = facts.host if facts is not None else None
@@ -158,6 +159,36 @@ def bmc_families(bmc: BmcFacts | None) -> list[Metric]:
         for group in bmc.redundancy:
             ok = str(group.health or "").lower() == "ok" and group.state not in ("Disabled", "UnavailableOffline")
             redundancy.add_metric([group.name], 1 if ok else 0)
+    return families
+
+
+IB_ERROR_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors",
+                     "port_xmit_discards", "local_link_integrity_errors", "excessive_buffer_overrun_errors")
+
+
+def rdma_families(rdma: Any) -> list[Metric]:
+    """RDMA ports: state, rate and the error counters as counters, so Prometheus turns them into rates."""
+    up = GaugeMetricFamily("nodewarden_ib_port_up", "1 if the RDMA port is ACTIVE and LinkUp",
+                           labels=["device", "port"])
+    rate = GaugeMetricFamily("nodewarden_ib_port_rate_gbps", "The RDMA port's link rate", labels=["device", "port"])
+    errors = CounterMetricFamily("nodewarden_ib_port_errors", "RDMA port error counters since boot",
+                                 labels=["device", "port", "counter"])
+    families: list[Metric] = [up, rate, errors]
+    if not isinstance(rdma, tuple):
+        return families
+    for device in rdma:
+        if not isinstance(device.ports, tuple):
+            continue
+        for port in device.ports:
+            key = [device.name, str(port.port)]
+            up.add_metric(key, 1 if (port.state, port.phys_state) == ("ACTIVE", "LinkUp") else 0)
+            if isinstance(port.rate, str) and port.rate.split(" ", 1)[0].replace(".", "", 1).isdigit():
+                rate.add_metric(key, float(port.rate.split(" ", 1)[0]))
+            if isinstance(port.counters, dict):
+                for name in IB_ERROR_COUNTERS:
+                    value = port.counters.get(name)
+                    if isinstance(value, int):
+                        errors.add_metric([*key, name], value)
     return families
 
 

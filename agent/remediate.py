@@ -32,6 +32,7 @@ from remediations import (
     ActionClass,
     AttrWrite,
     BmcWriter,
+    ByteWrite,
     Change,
     HostTarget,
     NvmlSet,
@@ -240,6 +241,13 @@ def _before_state(target: HostTarget, change: Change) -> dict[str, Any]:
         return {"kind": "nvml", "path": change.path, "index": change.index, "setter": change.setter,
                 "value": before, "restore_args": change.undo(before), "raw": b64(target.nvml_raw())}
     raw = target.read(change.path)
+    if isinstance(change, ByteWrite):
+        if raw is None or len(raw) < change.offset + len(change.data):
+            raise FileNotFoundError(change.path) if raw is None else ValueError(
+                f"{change.path}: {len(raw)} bytes readable, the write needs {change.offset + len(change.data)} "
+                "(config space needs root)")
+        return {"kind": "bytes", "path": change.path, "offset": change.offset,
+                "raw": b64(raw[change.offset:change.offset + len(change.data)]), "value": change.parse(raw)}
     if isinstance(change, AttrWrite):
         if raw is None:
             raise FileNotFoundError(change.path)
@@ -271,6 +279,8 @@ def _apply_change(target: HostTarget, change: Change) -> str | None:
         target.nvml_commit()
     elif isinstance(change, AttrWrite):
         target.write_attr(change.path, change.value, change.shown)
+    elif isinstance(change, ByteWrite):
+        target.write_at(change.path, change.offset, change.data)
     else:
         target.write_file(change.path, change.edit(target.read(change.path)), change.mode)
     return None
@@ -296,7 +306,7 @@ def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
             values.append(value)
             if value is None or (action.expectation is not None and not action.expectation.evaluate(value).ok):
                 ok = False
-        elif isinstance(change, AttrWrite):
+        elif isinstance(change, (AttrWrite, ByteWrite)):
             raw = target.read(change.path)
             value = None if raw is None else change.parse(raw)
             values.append(value)
@@ -409,6 +419,10 @@ def _restore(target: HostTarget, state: dict[str, Any]) -> None:
         else:
             change = NvmlSet(int(state["index"]), "", str(state["setter"]), None, str)
             _nvml_call(target, change, change.setter, *state.get("restore_args", [state["value"]]))
+    elif state["kind"] == "bytes":
+        old = unb64(state["raw"])
+        assert old is not None
+        target.write_at(path, int(state["offset"]), old)
     elif state["kind"] == "attr":
         raw = unb64(state["raw"])
         assert raw is not None

@@ -117,7 +117,22 @@ class RedfishPatch:
         return f"redfish:{self.settings_path}"
 
 
-Change = AttrWrite | FileEdit | NvmlSet | RedfishPatch
+@dataclass(frozen=True)
+class ByteWrite:
+    """Write `data` at byte `offset` of a binary kernel file (PCI config space), as setpci does.
+
+    `parse` turns the whole file's bytes into the value an audit compares (the
+    same parser the host source uses). The before-state is the bytes at that
+    offset; rollback writes them back, so a snapshot's file is restored byte for byte.
+    """
+
+    path: str
+    offset: int
+    data: bytes
+    parse: Callable[[bytes], str] = field(repr=False, compare=False)
+
+
+Change = AttrWrite | FileEdit | NvmlSet | RedfishPatch | ByteWrite
 
 
 class BmcWriter(Protocol):
@@ -185,6 +200,9 @@ class HostTarget(Protocol):
     def restore_attr(self, path: str, raw: bytes, value: str) -> None: ...
 
     def write_file(self, path: str, data: bytes | None, mode: int) -> None: ...
+
+    def write_at(self, path: str, offset: int, data: bytes) -> None:
+        """Write bytes at an offset of an existing file (sysfs `config`: one pwrite)."""
 
     def file_mode(self, path: str) -> int | None: ...
 

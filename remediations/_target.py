@@ -264,6 +264,15 @@ class LiveTarget(_RootedFiles):
     def restore_attr(self, path: str, raw: bytes, value: str) -> None:
         self.write_attr(path, value, lambda old, new: raw)
 
+    def write_at(self, path: str, offset: int, data: bytes) -> None:
+        # sysfs `config` takes writes at any offset (root only); never truncate it.
+        fd = os.open(self._real(path), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.pwrite(fd, data, offset) != len(data):
+                raise OSError(f"short write to {path} at offset {offset}")
+        finally:
+            os.close(fd)
+
     def listdir(self, path: str) -> list[str]:
         try:
             return sorted(os.listdir(self._real(path)))
@@ -327,6 +336,15 @@ class SnapshotTarget(_RootedFiles):
     def restore_attr(self, path: str, raw: bytes, value: str) -> None:
         real = self._real(path)
         write_file_atomic(real, raw, stat.S_IMODE(os.stat(real).st_mode))
+
+    def write_at(self, path: str, offset: int, data: bytes) -> None:
+        # The recorded file is rewritten whole (atomic rename), with the bytes spliced in.
+        real = self._real(path)
+        with open(real, "rb") as handle:  # the file must exist, as in sysfs
+            old = handle.read()
+        if offset + len(data) > len(old):
+            raise ValueError(f"{path}: {len(old)} bytes, cannot write {len(data)} at offset {offset}")
+        write_file_atomic(real, old[:offset] + data + old[offset + len(data):], stat.S_IMODE(os.stat(real).st_mode))
 
     def listdir(self, path: str) -> list[str]:
         try:

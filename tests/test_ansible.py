@@ -88,7 +88,8 @@ def test_check_mode_predicts_with_diff_and_touches_nothing(node: Path, tmp_path:
     by_status: dict[str, set[str]] = {}
     for action in result["actions"]:
         by_status.setdefault(action["status"], set()).add(action["id"])
-    assert by_status.pop("not_allowed") == {"bios_attribute:bios"}  # reboot class: needs allow: [reboot]
+    # reboot class needs allow: [reboot]; the ACS fix is disruptive and needs allow: [disruptive]
+    assert by_status.pop("not_allowed") == {"bios_attribute:bios", "acs:0000:b9:02.0"}
     assert set(by_status) == {"planned"}
     assert "sysctl:net.core.rmem_max = \"4194304\"" in result["diff"]["before"]
     assert "sysctl:net.core.rmem_max = \"134217728\"" in result["diff"]["after"]
@@ -166,6 +167,7 @@ def test_fleet_remediate_collects_results_and_skips_reboot(node: Path, tmp_path:
     assert collected["changed"] is True and collected["reboot_required"] is False
     statuses = {a["id"]: a["status"] for a in collected["actions"]}
     assert statuses.pop("bios_attribute:bios") == "not_allowed"  # reboot class is not in the default [safe]
+    assert statuses.pop("acs:0000:b9:02.0") == "not_allowed"  # disruptive class neither
     assert set(statuses.values()) == {"applied"}
     assert "skipping: [localhost]" in out.task_output("Reboot where a staged change needs it and the host allows it")
 
@@ -178,7 +180,8 @@ def test_fleet_remediate_collects_results_and_skips_reboot(node: Path, tmp_path:
     assert out.rc == 0, out.stdout
     collected = json.loads((results / "localhost.json").read_text())
     assert collected["reboot_required"] is True
-    assert [(a["id"], a["status"]) for a in collected["actions"]] == [("bios_attribute:bios", "applied")]
+    assert sorted((a["id"], a["status"]) for a in collected["actions"]) == [
+        ("acs:0000:b9:02.0", "not_allowed"), ("bios_attribute:bios", "applied")]  # disruptive not allowed
 
 
 def test_module_documentation_is_valid(tmp_path: Path) -> None:

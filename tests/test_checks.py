@@ -30,9 +30,12 @@ EXPECTED_IDS = {
     "gpu.clocks.events", "gpu.temperature", "gpu.memory_temperature", "gpu.thermal.imbalance", "gpu.pcie.link",
     "gpu.pcie.replay", "gpu.nvlink.links", "gpu.nvlink.errors", "gpu.fabric", "gpu.firmware.vbios", "gpu.inforom",
     "gpu.driver", "gpu.cuda", "gpu.xid", "gpu.recovery_action",
+    "ib.hca.count", "ib.port.state", "ib.port.rate", "ib.port.errors", "ib.firmware", "pcie.link", "pcie.acs",
+    "host.iommu", "topology.gpu_nic",
     "bmc.reachable", "bmc.health_rollup", "bmc.psu", "bmc.fans", "bmc.temperatures", "bmc.leak", "bmc.firmware",
     "firmware.consistency", "bmc.events", "bios.attribute", "bmc.switches", "crosscheck.gpu_count", "crosscheck.gpu_temperature",
     "crosscheck.gpu_health", "baseline.drift",
+    "fabric.manager", "fabric.nvswitch.count", "fabric.sxid",
 }
 
 

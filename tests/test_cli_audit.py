@@ -43,9 +43,16 @@ BMC_DRIFTS = {
     ("bmc.events", "Sel:PSU0003"),  # "PS3 failure detected."
     ("bmc.events", "Sel:RDU0012"),  # "The power supply redundancy is lost."
 }
-DRIFTED_FAILS = HOST_DRIFTS | GPU_DRIFTS | BMC_DRIFTS
+FABRIC_DRIFTS = {("fabric.manager", "nvidia-fabricmanager")}  # stopped after NVSwitch errors
+INTERCONNECT_DRIFTS = {
+    ("ib.port.rate", "mlx5_3/1"),  # ConnectX-7 trained at HDR 200
+    ("ib.port.errors", "mlx5_4/1"),  # link_downed 7, link_error_recovery 12
+    ("pcie.acs", "0000:b9:02.0"),  # ACS redirect on the switch port above GPU bb:00.0's NIC
+}
+DRIFTED_FAILS = HOST_DRIFTS | GPU_DRIFTS | BMC_DRIFTS | FABRIC_DRIFTS | INTERCONNECT_DRIFTS
 DRIFTED_WARNS = {("gpu.ecc.mode", "gpu3"), ("gpu.row_remap", "gpu5"),  # reboot / GPU reset pending
-                 ("bmc.events", "Sel:PCI3000")}  # a warning-level SEL entry
+                 ("bmc.events", "Sel:PCI3000"),  # a warning-level SEL entry
+                 ("fabric.sxid", "nvswitch2:link32"), ("fabric.sxid", "nvswitch3:link61")}  # non-fatal SXids
 FINDING_KEYS = {"check", "subject", "status", "waiver", "action", "severity", "observed", "expected", "message",
                 "reason", "remediation", "source"}
 
@@ -71,7 +78,9 @@ def test_healthy_node_passes(run_cli: RunCli) -> None:
     assert {"host.sysctl", "host.thp.enabled", "host.thp.defrag", "host.numa.balancing", "host.numa.affinity",
             "net.mtu", "host.cpu.governor", "host.cpu.cstates", "host.kernel.cmdline", "host.secureboot",
             "host.driver.version", "host.modules", "host.gpu.pci_count", "profile.match",
-            "source.available"} <= checks
+            "source.available", "fabric.manager", "fabric.nvswitch.count", "fabric.sxid", "ib.hca.count",
+            "ib.port.state", "ib.port.rate", "ib.port.errors", "ib.firmware", "pcie.link", "pcie.acs", "host.iommu",
+            "topology.gpu_nic"} <= checks
     assert {c for c in checks if c.startswith("gpu.")} == {
         "gpu.count", "gpu.lost", "gpu.ecc.mode", "gpu.ecc.uncorrected", "gpu.ecc.corrected", "gpu.retired_pages",
         "gpu.row_remap", "gpu.persistence_mode", "gpu.compute_mode", "gpu.app_clocks", "gpu.mig_mode", "gpu.power.limit",
@@ -185,7 +194,8 @@ def test_only_and_skip_select_checks(run_cli: RunCli) -> None:
     assert {f["check"] for f in report["findings"]} == {"host.thp.enabled", "host.thp.defrag", "net.mtu",
                                                          "profile.match", "source.available"}
     _, skipped = audit(run_cli, "hgx-h100-drifted", *(arg for area in ("host", "source", "gpu", "crosscheck", "bmc",
-                                                                          "bios", "firmware", "baseline")
+                                                                          "bios", "firmware", "baseline", "fabric",
+                                                                          "ib", "pcie", "topology")
                                                        for arg in ("--skip", f"{area}.*")))
     assert {f["check"] for f in skipped["findings"]} == {"net.mtu", "profile.match"}
     assert skipped["sources"]["nvml"]["configured"] is False  # no GPU check selected: NVML is not read
@@ -231,7 +241,7 @@ waivers:
 """)
     code, report = audit(run_cli, "hgx-h100-drifted", "--config", str(config))
     assert code == 1  # the expired waiver no longer covers the MTU fail
-    assert fails(report) == {("net.mtu", "enp156s0np0")} | GPU_DRIFTS | BMC_DRIFTS
+    assert fails(report) == {("net.mtu", "enp156s0np0")} | GPU_DRIFTS | BMC_DRIFTS | INTERCONNECT_DRIFTS | FABRIC_DRIFTS
     expired = [f for f in report["findings"] if f["check"] == "waiver.expired"]
     assert len(expired) == 1 and expired[0]["status"] == "warn"
     assert "expired 2020-01-01" in expired[0]["message"] and f"{tmp_path / 'waivers.yaml'}:6" in expired[0]["message"]

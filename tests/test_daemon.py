@@ -113,6 +113,9 @@ def test_prometheus_scrapes_the_daemon_on_a_recorded_node(tmp_path: Path, promet
         assert one('nodewarden_firmware_info{component="BIOS.Setup.1-1",version="2.3.5"}') == 1  # stable ids
         assert one('nodewarden_findings{status="fail",severity="critical"}') >= 1
         assert one("process_resident_memory_bytes") > 0
+        # RDMA rails: the flapping port's counter (Prometheus makes the rate), the half-rate rail.
+        assert one('nodewarden_ib_port_errors_total{device="mlx5_4",port="1",counter="link_downed"}') == 7
+        assert one('nodewarden_ib_port_rate_gbps{device="mlx5_3",port="1"}') == 200
 
 
 # ---- the kernel log is followed ----

@@ -251,7 +251,7 @@ def test_rules_shape() -> None:
                 assert re.search(r"\$labels\.(?!instance\b)\w+", notes[key]), f"{name}: {key} names no subject"
     expected = {"NodewardenCriticalFinding", "NodewardenWarningFinding", "NodewardenSourceDown",
                 "NodewardenSourceStale", "NodewardenXidCritical", "NodewardenXidWarning",
-                "NodewardenGpuThermalMarginLow", "NodewardenGpuLost", "NodewardenPsuRedundancyLost",
+                "NodewardenGpuThermalMarginLow", "NodewardenGpuLost", "NodewardenIbPortFlapping", "NodewardenPsuRedundancyLost",
                 "NodewardenPsuUnhealthy", "NodewardenFanUnhealthy", "NodewardenFirmwareDrift",
                 "NodewardenFirmwareCheckFailed", "NodewardenDaemonDown", "NodewardenJobAbsent"}
     assert set(names) == expected

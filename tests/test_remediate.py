@@ -26,6 +26,7 @@ HOST_ACTIONS = {"cpu_governor:node", "sysctl:kernel.numa_balancing", "sysctl:net
                 "mtu:enp156s0np0"}
 GPU_ACTIONS = {f"gpu_persistence:gpu{i}" for i in range(7)} | {"gpu_power_limit:gpu2"}  # gpu7 fell off the bus
 DRIFTED_ACTIONS = HOST_ACTIONS | GPU_ACTIONS
+ACS_ACTION = "acs:0000:b9:02.0"  # disruptive: planned as not_allowed unless --allow disruptive
 REMEDIABLE = ("host.sysctl", "host.numa.balancing", "host.thp.enabled", "host.thp.defrag", "host.cpu.governor",
               "net.mtu")
 
@@ -73,6 +74,7 @@ def test_plan_lists_every_fix_and_writes_nothing(run_cli: RunCli, node: Path, tm
     assert plan["mode"] == "plan" and plan["changed"] is True and plan["run_id"] is None
     statuses = {a["id"]: (a["status"], a["class"]) for a in plan["actions"]}
     assert statuses.pop("bios_attribute:bios") == ("not_allowed", "reboot")  # needs --allow reboot
+    assert statuses.pop(ACS_ACTION) == ("not_allowed", "disruptive")  # needs --allow disruptive
     assert set(statuses) == DRIFTED_ACTIONS
     assert set(statuses.values()) == {("planned", "safe")}
     rmem = next(a for a in plan["actions"] if a["id"] == "sysctl:net.core.rmem_max")
@@ -92,7 +94,7 @@ def test_apply_fixes_verifies_and_is_idempotent(run_cli: RunCli, node: Path, tmp
     code, result = remediate(run_cli, node, state, empty_config, "--apply")
     assert code == 0 and result["changed"] is True and result["reboot_required"] is False
     safe = [a for a in result["actions"] if a["class"] == "safe"]
-    assert {a["id"] for a in result["actions"]} - {a["id"] for a in safe} == {"bios_attribute:bios"}
+    assert {a["id"] for a in result["actions"]} - {a["id"] for a in safe} == {"bios_attribute:bios", ACS_ACTION}
     assert all(a["status"] == "applied" and a["applied"] and a["verified"] for a in safe)
     assert {(f["check"], f["subject"], f["status"]) for f in result["findings"]} == {
         ("host.cpu.governor", "node", "fixed"), ("host.numa.balancing", "node", "fixed"),
@@ -116,7 +118,8 @@ def test_apply_fixes_verifies_and_is_idempotent(run_cli: RunCli, node: Path, tmp
     after_first = tree_state(node)
     code, again = remediate(run_cli, node, state, empty_config, "--apply")
     assert code == 0 and again["changed"] is False and again["run_id"] is None
-    assert [(a["id"], a["status"]) for a in again["actions"]] == [("bios_attribute:bios", "not_allowed")]
+    assert sorted((a["id"], a["status"]) for a in again["actions"]) == [
+        (ACS_ACTION, "not_allowed"), ("bios_attribute:bios", "not_allowed")]
     assert tree_state(node) == after_first
     assert len(StateDir(state).runs()) == 1
 

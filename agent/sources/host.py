@@ -279,13 +279,21 @@ def read_pci(fs: FsRoot) -> tuple[PciFunction, ...] | Unknown:
     return tuple(functions)
 
 
-def read_rdma_ports(fs: FsRoot) -> dict[str, tuple[str, str | None]]:
-    """netdev name -> (RDMA device, link layer) from /sys/class/infiniband."""
+def read_rdma_ports(fs: FsRoot, devices: tuple[Any, ...] | None = None) -> dict[str, tuple[str, str | None]]:
+    """netdev name -> (RDMA device, link layer) from /sys/class/infiniband.
+
+    `devices` (agent.sources.rdma, already read) adds the ports' own netdevs
+    (`gid_attrs/ndevs/0`) to what `device/net` lists.
+    """
     ports: dict[str, tuple[str, str | None]] = {}
-    devices = _listdir(fs, IB_DIR)
-    if isinstance(devices, Unknown):
+    if devices is not None:
+        from agent.sources.rdma import netdev_map
+
+        ports.update(netdev_map(devices))
+    devices_found = _listdir(fs, IB_DIR)
+    if isinstance(devices_found, Unknown):
         return ports  # no RDMA stack loaded: nothing is RDMA capable
-    for ibdev in devices:
+    for ibdev in devices_found:
         if not IFNAME_RE.match(ibdev):
             continue
         link_layer = _maybe(fs, f"{IB_DIR}/{ibdev}/ports/1/link_layer", str)
@@ -326,11 +334,11 @@ def _speed(value: int | None) -> int | None:
     return value if value is not None and value > 0 else None
 
 
-def read_interfaces(fs: FsRoot) -> tuple[NetInterface, ...] | Unknown:
+def read_interfaces(fs: FsRoot, rdma_devices: tuple[Any, ...] | None = None) -> tuple[NetInterface, ...] | Unknown:
     names = _listdir(fs, NET_DIR)
     if isinstance(names, Unknown):
         return names
-    rdma = read_rdma_ports(fs)
+    rdma = read_rdma_ports(fs, rdma_devices)
     return tuple(read_interface(fs, n, rdma) for n in names
                  if IFNAME_RE.match(n) and n not in (".", "..") and _is_interface_entry(fs, n))
 
@@ -455,6 +463,13 @@ def absent_host_facts(reason: str) -> HostFacts:
 
 def read_host_facts(fs: FsRoot, sysctl_keys: Iterable[str] = ()) -> HostFacts:
     """Read everything the host checks need from `fs`."""
+    from agent.sources.fabric import read_fabric
+    from agent.sources.pcie import read_acs_above, read_iommu
+    from agent.sources.rdma import read_rdma_devices
+
+    pci = read_pci(fs)
+    cmdline = read_value(fs, "/proc/cmdline")
+    rdma = read_rdma_devices(fs)
     return HostFacts(
         hostname=read_value(fs, "/proc/sys/kernel/hostname"),
         kernel_release=read_value(fs, "/proc/sys/kernel/osrelease"),
@@ -462,13 +477,17 @@ def read_host_facts(fs: FsRoot, sysctl_keys: Iterable[str] = ()) -> HostFacts:
         thp_enabled=read_value(fs, f"{THP_DIR}/enabled", parse_bracketed),
         thp_defrag=read_value(fs, f"{THP_DIR}/defrag", parse_bracketed),
         numa_nodes=read_numa_nodes(fs),
-        cmdline=read_value(fs, "/proc/cmdline"),
+        cmdline=cmdline,
         dmi=read_dmi(fs),
         secure_boot=read_secure_boot(fs),
         nvidia_driver=read_nvidia_driver(fs),
-        pci=read_pci(fs),
+        pci=pci,
         modules=read_modules(fs),
-        interfaces=read_interfaces(fs),
+        interfaces=read_interfaces(fs, None if isinstance(rdma, Unknown) else rdma),
         cpu=read_cpu(fs),
         uptime_s=read_value(fs, "/proc/uptime", lambda text: float(text.split()[0])),
+        fabric=read_fabric(fs),
+        rdma=rdma,
+        pcie_acs=read_acs_above(fs, pci, rdma),
+        iommu=read_iommu(fs, cmdline),
     )

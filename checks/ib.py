@@ -1,0 +1,270 @@
+"""ib.*: RDMA HCAs and ports (InfiniBand or RoCE) from /sys/class/infiniband.
+
+The profile's `rdma.hca_types` names the compute rails (e.g. MT4129,
+ConnectX-7); count, port state, rate and the firmware minimum are judged on
+them, so frontend or storage NICs of another type do not fail a rail
+expectation. Error counters are judged on every port, and one firmware
+version per HCA type on every HCA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from agent.expect import Expectation
+from agent.facts import NodeFacts, RdmaDevice, RdmaPort
+from agent.model import Finding, Severity, Status, Unknown
+from agent.profiles import Profile
+from agent.sources.rdma import rate_gbps
+from checks import Check
+
+HCA_COUNT = Check("ib.hca.count", "RDMA rail HCAs present", source="host", action="contact_support")
+PORT_STATE = Check("ib.port.state", "RDMA port state", source="host", action="check_link")
+PORT_RATE = Check("ib.port.rate", "RDMA port rate", source="host", action="check_link")
+PORT_ERRORS = Check("ib.port.errors", "RDMA port error counters", source="host", action="check_link")
+FIRMWARE = Check("ib.firmware", "HCA firmware", source="host", action="update_firmware")
+
+# Widths of the IB PortCounters error fields (IBA 1.4, 16.1.3.5): a field stops at its
+# maximum ("saturates") instead of wrapping, so a counter at its maximum hides the real count.
+COUNTER_BITS = {
+    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16, "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8, "port_rcv_constraint_errors": 8, "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16,
+}
+_SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+class Rails(NamedTuple):
+    """Which RDMA devices are the compute rails: by hca_type and, optionally, link layer."""
+
+    types: tuple[str, ...] = ()
+    link_layer: str | None = None
+
+    def describe(self) -> str:
+        parts = [*self.types, *([self.link_layer] if self.link_layer else [])]
+        return ", ".join(parts)
+
+
+def rail_types(profile: Profile) -> Rails:
+    section = profile.section("rdma")
+    layer = section.get("link_layer")
+    return Rails(tuple(str(t) for t in section.get("hca_types") or ()), str(layer) if layer else None)
+
+
+def is_rail(device: RdmaDevice, rails: Rails) -> bool:
+    if rails.types and not (isinstance(device.hca_type, str) and device.hca_type in rails.types):
+        return False
+    if rails.link_layer and not isinstance(device.ports, Unknown):
+        return any(p.link_layer == rails.link_layer for p in device.ports)
+    return True
+
+
+def port_subject(device: RdmaDevice, port: RdmaPort) -> str:
+    return f"{device.name}/{port.port}"
+
+
+def port_label(device: RdmaDevice, port: RdmaPort) -> str:
+    kind = device.hca_type if isinstance(device.hca_type, str) else "HCA"
+    netdev = f", {port.netdev}" if port.netdev else ""
+    return f"{device.name} port {port.port} ({kind}{netdev})"
+
+
+def _devices(facts: NodeFacts, check: Check, expectation: Expectation | None,
+             what: str) -> tuple[RdmaDevice, ...] | list[Finding]:
+    rdma = facts.host.rdma
+    if isinstance(rdma, Unknown):
+        return [check.missing("node", expectation, rdma, what)]
+    return rdma
+
+
+def _ports(devices: Iterable[RdmaDevice], check: Check, expectation: Expectation | None,
+           findings: list[Finding]) -> list[tuple[RdmaDevice, RdmaPort]]:
+    out: list[tuple[RdmaDevice, RdmaPort]] = []
+    for device in devices:
+        if isinstance(device.ports, Unknown):
+            findings.append(check.missing(device.name, expectation, device.ports, f"ports of {device.name}"))
+            continue
+        out.extend((device, port) for port in device.ports)
+    return out
+
+
+@HCA_COUNT.evaluator
+def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("rdma", "count")
+    if expectation is None:
+        return []
+    devices = _devices(facts, HCA_COUNT, expectation, "RDMA devices")
+    if isinstance(devices, list):
+        return devices
+    types = rail_types(profile)
+    rails = sorted(d.name for d in devices if is_rail(d, types))
+    what = f"RDMA rail HCAs ({types.describe()})" if types.describe() else "RDMA HCAs"
+    finding = HCA_COUNT.compare("node", expectation, len(rails), what)
+    if not devices:
+        finding.message += " (no /sys/class/infiniband: the RDMA stack, ib_core and mlx5_ib, is not loaded)"
+    elif rails:
+        finding.message += f" ({', '.join(rails)})"
+    return [finding]
+
+
+@PORT_STATE.evaluator
+def evaluate_state(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("rdma", "port_state")
+    if expectation is None:
+        return []
+    devices = _devices(facts, PORT_STATE, expectation, "RDMA ports")
+    if isinstance(devices, list):
+        return devices
+    types = rail_types(profile)
+    findings: list[Finding] = []
+    for device, port in _ports((d for d in devices if is_rail(d, types)), PORT_STATE, expectation, findings):
+        subject, label = port_subject(device, port), port_label(device, port)
+        for value in (port.state, port.phys_state):
+            if isinstance(value, Unknown):
+                findings.append(PORT_STATE.missing(subject, expectation, value, f"state of {label}"))
+                break
+        else:
+            findings.append(PORT_STATE.compare(subject, expectation, f"{port.state}/{port.phys_state}",
+                                               f"state of {label}"))
+    return findings
+
+
+@PORT_RATE.evaluator
+def evaluate_rate(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("rdma", "rate")
+    if expectation is None:
+        return []
+    devices = _devices(facts, PORT_RATE, expectation, "RDMA ports")
+    if isinstance(devices, list):
+        return devices
+    types = rail_types(profile)
+    findings: list[Finding] = []
+    for device, port in _ports((d for d in devices if is_rail(d, types)), PORT_RATE, expectation, findings):
+        subject, label = port_subject(device, port), port_label(device, port)
+        if isinstance(port.rate, Unknown):
+            findings.append(PORT_RATE.missing(subject, expectation, port.rate, f"rate of {label}"))
+            continue
+        try:
+            gbps = rate_gbps(port.rate)
+        except ValueError:
+            findings.append(PORT_RATE.unknown(subject, expectation, f"rate of {label}: unexpected {port.rate!r}"))
+            continue
+        value: float | int = int(gbps) if gbps.is_integer() else gbps
+        finding = PORT_RATE.compare(subject, expectation, value, f"rate of {label} in Gb/s")
+        finding.message += f" ({port.rate})"
+        if finding.status is not Status.PASS and isinstance(port.state, str) and port.state != "ACTIVE":
+            finding.message += f"; the port is {port.state} (see ib.port.state)"
+        findings.append(finding)
+    return findings
+
+
+def counter_problem(name: str, value: int | str) -> str | None:
+    """Why a counter has no usable number: not a number, or saturated at its field's maximum."""
+    if isinstance(value, str):
+        return f"{name} reads {value!r} (the port's PMA does not answer)"
+    bits = COUNTER_BITS.get(name)
+    if bits is not None and value >= (1 << bits) - 1:
+        return (f"{name} is at its {bits}-bit maximum {value}: the counter saturated, the real count is "
+                "higher (clear it with `perfquery -R` and watch it again)")
+    return None
+
+
+def judge_counters(expectations: Mapping[str, Expectation], counters: Mapping[str, int | str]
+                   ) -> tuple[list[tuple[str, Expectation, int]], list[str], dict[str, int]]:
+    """(counters over their limit, counters without a usable value, every value judged)."""
+    over: list[tuple[str, Expectation, int]] = []
+    problems: list[str] = []
+    values: dict[str, int] = {}
+    for name in sorted(expectations):
+        if name not in counters:
+            continue  # this HCA or link layer has no such counter
+        value = counters[name]
+        problem = counter_problem(name, value)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        assert isinstance(value, int)
+        values[name] = value
+        if not expectations[name].evaluate(value).ok:
+            over.append((name, expectations[name], value))
+    over.sort(key=lambda item: _SEVERITY_RANK[item[1].severity])
+    return over, problems, values
+
+
+@PORT_ERRORS.evaluator
+def evaluate_errors(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectations = profile.expectations_under("rdma", "errors")
+    if not expectations:
+        return []
+    first = expectations[sorted(expectations)[0]]
+    devices = _devices(facts, PORT_ERRORS, first, "RDMA port counters")
+    if isinstance(devices, list):
+        return devices
+    findings: list[Finding] = []
+    for device, port in _ports(devices, PORT_ERRORS, first, findings):
+        subject, label = port_subject(device, port), port_label(device, port)
+        if isinstance(port.counters, Unknown):
+            findings.append(PORT_ERRORS.missing(subject, first, port.counters, f"error counters of {label}"))
+            continue
+        over, problems, values = judge_counters(expectations, port.counters)
+        if over:
+            expectation = over[0][1]
+            listed = ", ".join(f"{n} {v} (limit {e.describe()})" for n, e, v in over)
+            findings.append(PORT_ERRORS.finding(
+                subject, expectation.status_on_mismatch(), expectation.severity,
+                f"error counters of {label} since boot: {listed}", observed={n: v for n, _, v in over},
+                expected={n: e.expected for n, e, _ in over}, reason=expectation.reason))
+        elif problems:
+            findings.append(PORT_ERRORS.unknown(subject, first, f"error counters of {label}: {'; '.join(problems)}"))
+        elif not values:
+            findings.append(PORT_ERRORS.unknown(subject, first, f"error counters of {label}: none of "
+                                                f"{', '.join(sorted(expectations))} is reported"))
+        else:
+            findings.append(PORT_ERRORS.finding(
+                subject, Status.PASS, first.severity,
+                f"error counters of {label} since boot within limits ({sum(values.values())} errors in total)",
+                observed=values, expected={n: e.expected for n, e in expectations.items()}, reason=first.reason))
+    return findings
+
+
+@FIRMWARE.evaluator
+def evaluate_firmware(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    expectation = profile.expectation("rdma", "firmware")
+    if expectation is None:
+        return []
+    devices = _devices(facts, FIRMWARE, expectation, "HCA firmware")
+    if isinstance(devices, list):
+        return devices
+    types = rail_types(profile)
+    findings: list[Finding] = []
+    versions: dict[str, dict[str, list[str]]] = {}  # hca type -> version -> devices
+    for device in devices:
+        if isinstance(device.hca_type, str) and isinstance(device.fw_ver, str):
+            versions.setdefault(device.hca_type, {}).setdefault(device.fw_ver, []).append(device.name)
+        if not is_rail(device, types):
+            continue
+        label = f"firmware of {device.name} ({device.hca_type if isinstance(device.hca_type, str) else 'HCA'})"
+        findings.append(FIRMWARE.compare(device.name, expectation, device.fw_ver, label))
+    for hca_type, found in sorted(versions.items()):
+        if len(found) <= 1:
+            continue
+        common = max(found, key=lambda v: len(found[v]))
+        odd = "; ".join(f"{v} on {', '.join(sorted(names))}" for v, names in sorted(found.items()) if v != common)
+        findings.append(FIRMWARE.finding(
+            hca_type, Status.FAIL if expectation.severity is not Severity.INFO else Status.WARN,
+            expectation.severity, f"{hca_type} HCAs run {len(found)} firmware versions: {common} on "
+            f"{len(found[common])}, {odd}", observed=sorted(found), expected="one version per HCA type",
+            reason="HCAs of one type on different firmware behave differently on the fabric and complicate "
+                   "support cases"))
+    return findings
+
+
+def rails_of(facts: NodeFacts, profile: Profile) -> list[RdmaDevice] | Unknown:
+    """The rail HCAs (all RDMA devices when the profile names no types)."""
+    rdma: Any = facts.host.rdma
+    if isinstance(rdma, Unknown):
+        return rdma
+    types = rail_types(profile)
+    return [d for d in rdma if is_rail(d, types)]
