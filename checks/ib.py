@@ -90,6 +90,21 @@ def _ports(devices: Iterable[RdmaDevice], check: Check, expectation: Expectation
     return out
 
 
+def _rail_ports(check: Check, facts: NodeFacts, profile: Profile, key: str
+                ) -> tuple[Expectation | None, list[tuple[RdmaDevice, RdmaPort]], list[Finding]]:
+    """The profile's `rdma.KEY` and the rail ports to judge it on; (None, [], findings) when there is nothing
+    to judge (no expectation, or no RDMA devices, said in the findings)."""
+    expectation = profile.expectation("rdma", key)
+    if expectation is None:
+        return None, [], []
+    devices = _devices(facts, check, expectation, "RDMA ports")
+    if isinstance(devices, list):
+        return None, [], devices
+    findings: list[Finding] = []
+    rails = rail_types(profile)
+    return expectation, _ports((d for d in devices if is_rail(d, rails)), check, expectation, findings), findings
+
+
 @HCA_COUNT.evaluator
 def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     expectation = profile.expectation("rdma", "count")
@@ -111,15 +126,10 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
 
 @PORT_STATE.evaluator
 def evaluate_state(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("rdma", "port_state")
+    expectation, ports, findings = _rail_ports(PORT_STATE, facts, profile, "port_state")
     if expectation is None:
-        return []
-    devices = _devices(facts, PORT_STATE, expectation, "RDMA ports")
-    if isinstance(devices, list):
-        return devices
-    types = rail_types(profile)
-    findings: list[Finding] = []
-    for device, port in _ports((d for d in devices if is_rail(d, types)), PORT_STATE, expectation, findings):
+        return findings
+    for device, port in ports:
         subject, label = port_subject(device, port), port_label(device, port)
         for value in (port.state, port.phys_state):
             if isinstance(value, Unknown):
@@ -133,15 +143,10 @@ def evaluate_state(facts: NodeFacts, profile: Profile) -> list[Finding]:
 
 @PORT_RATE.evaluator
 def evaluate_rate(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("rdma", "rate")
+    expectation, ports, findings = _rail_ports(PORT_RATE, facts, profile, "rate")
     if expectation is None:
-        return []
-    devices = _devices(facts, PORT_RATE, expectation, "RDMA ports")
-    if isinstance(devices, list):
-        return devices
-    types = rail_types(profile)
-    findings: list[Finding] = []
-    for device, port in _ports((d for d in devices if is_rail(d, types)), PORT_RATE, expectation, findings):
+        return findings
+    for device, port in ports:
         subject, label = port_subject(device, port), port_label(device, port)
         if isinstance(port.rate, Unknown):
             findings.append(PORT_RATE.missing(subject, expectation, port.rate, f"rate of {label}"))
