@@ -282,26 +282,36 @@ def sushy_static(mockup_dir: Path, tls: TlsFiles | None = None, workdir: Path | 
     scheme = "https" if tls else "http"
     context = ssl.create_default_context(cafile=str(tls.ca)) if tls else None
     with _workdir("nodewarden-sushy-", workdir) as wd:
-        for attempt in range(3):  # a free port can be taken between probing and binding
-            port = free_port()
-            log_path = wd / f"sushy-static-{port}.log"
-            argv = [str(exe), "-i", "127.0.0.1", "-p", str(port), "-m", str(root)]
-            if tls:
-                argv += ["-c", str(tls.cert), "-k", str(tls.key)]
-            proc = _spawn(argv, log_path)
-            url = f"{scheme}://127.0.0.1:{port}"
-            try:
-                _wait_http(f"{url}/redfish/v1/", proc, log_path, context)
-            except RuntimeError:
-                _stop(proc)
-                if attempt == 2:
-                    raise
-                continue
-            try:
-                yield RedfishPeer(url=url, log_path=log_path, pid=proc.pid)
-            finally:
-                _stop(proc)
-            return
+        def argv(port: int) -> list[str]:
+            tls_args = ["-c", str(tls.cert), "-k", str(tls.key)] if tls else []
+            return [str(exe), "-i", "127.0.0.1", "-p", str(port), "-m", str(root), *tls_args]
+
+        with _serving(wd, "sushy-static", argv, scheme, context) as peer:
+            yield peer
+
+
+@contextlib.contextmanager
+def _serving(wd: Path, name: str, argv: Any, scheme: str = "http",
+             context: ssl.SSLContext | None = None) -> Iterator[RedfishPeer]:
+    """Start `argv(port)` on a free port until it answers /redfish/v1/ (a free port can be taken
+    between probing and binding: three tries), yield the peer, stop exactly that process."""
+    for attempt in range(3):
+        port = free_port()
+        log_path = wd / f"{name}-{port}.log"
+        proc = _spawn(argv(port), log_path)
+        url = f"{scheme}://127.0.0.1:{port}"
+        try:
+            _wait_http(f"{url}/redfish/v1/", proc, log_path, context)
+        except RuntimeError:
+            _stop(proc)
+            if attempt == 2:
+                raise
+            continue
+        try:
+            yield RedfishPeer(url=url, log_path=log_path, pid=proc.pid)
+        finally:
+            _stop(proc)
+        return
 
 
 # --- sushy-emulator (writable BIOS) ------------------------------------------------------------------
@@ -330,28 +340,16 @@ def sushy_emulator(user: str, password: str, workdir: Path | None = None) -> Ite
             input=password, capture_output=True, text=True, check=True).stdout.strip()
         htpasswd.write_text(f"{user}:{hashed}\n")
         htpasswd.chmod(0o600)
-        for attempt in range(3):
-            port = free_port()
+        def argv(port: int) -> list[str]:
             config = wd / f"emulator-{port}.conf"
             config.write_text(
                 f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\n"
                 f"SUSHY_EMULATOR_LIBVIRT_URI = 'test:///default'\nSUSHY_EMULATOR_AUTH_FILE = '{htpasswd}'\n"
                 f"SUSHY_EMULATOR_STATE_DIR = '{wd / 'state'}'\n")
-            log_path = wd / f"sushy-emulator-{port}.log"
-            proc = _spawn([str(exe), "--config", str(config)], log_path)
-            url = f"http://127.0.0.1:{port}"
-            try:
-                _wait_http(f"{url}/redfish/v1/", proc, log_path)
-            except RuntimeError:
-                _stop(proc)
-                if attempt == 2:
-                    raise
-                continue
-            try:
-                yield RedfishPeer(url=url, log_path=log_path, pid=proc.pid)
-            finally:
-                _stop(proc)
-            return
+            return [str(exe), "--config", str(config)]
+
+        with _serving(wd, "sushy-emulator", argv) as peer:
+            yield peer
 
 
 # --- mitmdump fault proxy ---------------------------------------------------------------------------
