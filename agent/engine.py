@@ -380,6 +380,8 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
     # A source that was not asked for (not in the snapshot, not configured) is
     # reported once by source.available; its checks produce nothing.
     runnable = [c for c in checks if c.id in ALWAYS_CHECKS or _source_configured(c.source, sources)]
+    if selection.how == "no_gpu":  # not a GPU node: only the audit itself and a configured BMC apply
+        runnable = [c for c in runnable if c.id in ALWAYS_CHECKS or c.source in BMC_SOURCES]
     findings = run_checks(runnable, facts, profile)
     if config.waivers_file is not None:
         findings = apply_waivers(findings, load_waivers(config.waivers_file),

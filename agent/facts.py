@@ -245,7 +245,7 @@ class ProfileMatch(NamedTuple):
     """How the profile for this node was chosen (input of profile.match)."""
 
     profile: str
-    how: str  # auto | forced | fallback
+    how: str  # auto | forced | fallback | no_gpu
     identity: str  # human description of the hardware that was matched
     matched_on: tuple[str, ...] = ()
     also_matched: tuple[str, ...] = ()

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from agent.errors import ProfileError
 from agent.facts import HostFacts, NvmlFacts
 from agent.model import Unknown
-from agent.profiles import FALLBACK_PROFILE, MatchRule, Profile, ProfileStore
+from agent.profiles import FALLBACK_PROFILE, NO_GPU_PROFILE, MatchRule, Profile, ProfileStore
 
 
 class Identity(NamedTuple):
@@ -22,6 +22,12 @@ class Identity(NamedTuple):
     gpu_count: int | None
     dmi: Mapping[str, str]
     problems: tuple[str, ...] = ()
+    nvidia_driver: bool = False  # /proc/driver/nvidia or the nvidia module: meant to be a GPU node
+
+    @property
+    def without_gpu(self) -> bool:
+        """Positive evidence of a host that is not a GPU node: PCI read, no NVIDIA GPU, no driver."""
+        return self.gpu_count == 0 and not self.gpu_pci_ids and not self.nvidia_driver
 
     def describe(self) -> str:
         ids = ", ".join(sorted(set(self.gpu_pci_ids))) or "none"
@@ -58,7 +64,10 @@ def identify(host: HostFacts, nvml: NvmlFacts | Unknown | None = None) -> Identi
         problems.append(gpus.reason)
     dmi = {k: v for k, v in host.dmi.items() if isinstance(v, str)}
     problems += [v.reason for v in host.dmi.values() if isinstance(v, Unknown)][:1]
-    return Identity(ids, count, dmi, tuple(problems))
+    modules = host.modules if isinstance(host.modules, dict) else {}
+    driver = not isinstance(host.nvidia_driver, Unknown) or "nvidia" in modules or (
+        isinstance(nvml, NvmlFacts) and bool(nvml.gpus))
+    return Identity(ids, count, dmi, tuple(problems), driver)
 
 
 def rule_matches(rule: MatchRule, identity: Identity) -> tuple[str, ...] | None:
@@ -93,6 +102,8 @@ def select(identity: Identity, store: ProfileStore, forced: str | None = None) -
         matched = rule_matches(rule, identity)
         if matched is not None:
             candidates.append((rule.criteria, name, matched))
+    if not candidates and identity.without_gpu and NO_GPU_PROFILE in store.names():
+        return Selection(store.profile(NO_GPU_PROFILE), "no_gpu", identity)
     if not candidates:
         if FALLBACK_PROFILE not in store.names():
             raise ProfileError(f"no profile matches and the fallback {FALLBACK_PROFILE!r} is missing")

@@ -19,6 +19,9 @@ from agent.schema import Validator, validate_document
 from agent.yamlfile import LineMap, PathKey, load_yaml_file
 
 FALLBACK_PROFILE = "generic-nvidia"
+# Chosen when the node positively has no NVIDIA GPU and no NVIDIA driver (a laptop, a CPU node):
+# GPU-node tuning does not apply there, so nothing is judged against it.
+NO_GPU_PROFILE = "no-nvidia-gpu"
 SITE_PROFILE_DIR = Path("/etc/nodewarden/profiles")
 
 

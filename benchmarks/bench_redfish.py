@@ -12,7 +12,7 @@ concurrency 1 (serial). The longest chain counts the login requests (which
 are sequential) plus the deepest resource in the walk's dependency graph.
 
 Usage: python benchmarks/bench_redfish.py [--latency 0.1] [--runs 3]
-(needs the peers from .ci/peers-redfish.sh)
+(needs the peers from python -m tests.peers.setup)
 """
 
 from __future__ import annotations

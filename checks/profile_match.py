@@ -19,6 +19,13 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     match = facts.profile_match
     if match is None:
         return []
+    if match.how == "no_gpu":
+        return [PROFILE_MATCH.finding(
+            "node", Status.SKIP, Severity.INFO,
+            "no NVIDIA GPU: GPU checks do not apply (none on PCI, no NVIDIA driver); "
+            f"profile {match.profile} judges only what applies",
+            observed=match.identity, expected="an NVIDIA GPU node",
+        )]
     if match.how == "fallback":
         why = f"; {match.problems[0]}" if match.problems else ""
         return [PROFILE_MATCH.finding(

@@ -16,6 +16,11 @@ SOURCE = Check("source.available", "Data sources", source="host")
 _DEFAULT_SEVERITY = {"host": Severity.CRITICAL, "nvml": Severity.CRITICAL, "kmsg": Severity.WARNING}
 
 
+def _gpu_node(facts: NodeFacts) -> bool:
+    match = facts.profile_match
+    return match is None or match.how != "no_gpu"
+
+
 @SOURCE.evaluator
 def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     findings: list[Finding] = []
@@ -31,11 +36,21 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         elif status.ok:
             findings.append(SOURCE.finding(name, Status.PASS, severity, f"{name} answered in "
                                            f"{status.duration_s:.3f} s", observed="up", expected="up"))
+        elif name == "nvml" and gpus_on_pci == 0 and not _gpu_node(facts):
+            # Positively not a GPU node (no GPU on PCI, no driver): NVML has nothing to say.
+            findings.append(SOURCE.finding(name, Status.SKIP, Severity.INFO,
+                                           f"nvml: no NVIDIA GPU on PCI and no NVIDIA driver: not needed ({status.error})"))
         elif name == "nvml" and gpus_on_pci == 0:
-            # No NVIDIA GPU on PCI either: likely not a GPU node, or a profile mismatch.
+            # A driver but no GPU on PCI: GPUs may have fallen off the bus, or a profile mismatch.
             findings.append(SOURCE.finding(name, Status.WARN, Severity.WARNING,
                                            f"nvml unavailable ({status.error}); no NVIDIA GPU on PCI either",
                                            observed="down", expected="up", action="check_driver"))
+        elif name == "kmsg":
+            # The kernel log is evidence for Xid checks; not being able to read it proves nothing
+            # about the node, so it is unknown with the fix, never a failure.
+            findings.append(SOURCE.finding(name, Status.UNKNOWN, Severity.WARNING,
+                                           f"kernel log not read: {status.error}", observed="down",
+                                           expected="up", action="check_source"))
         else:
             findings.append(SOURCE.finding(name, Status.FAIL, severity, f"{name} unavailable: {status.error}",
                                            observed="down", expected="up",

@@ -37,7 +37,7 @@ def write_config(tmp: Path, text: str) -> Path:
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Any]:
     binary = shutil.which("prometheus")
-    assert binary, "the prometheus binary is missing: run .ci/peers-prometheus.sh (Debian package prometheus)"
+    assert binary, "the prometheus binary is missing: run `.venv/bin/python -m tests.peers.setup` (Debian package prometheus)"
 
     class Server:
         url = ""

@@ -185,7 +185,7 @@ def test_json_and_markdown_outputs(run_cli: RunCli, synthetic_fleet: Path, tmp_p
 
 def test_html_is_self_contained_and_renders_in_chromium(run_cli: RunCli, tmp_path: Path) -> None:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert browser, "chromium is missing: run .ci/peers-browser.sh (Debian package chromium)"
+    assert browser, "chromium is missing: run `.venv/bin/python -m tests.peers.setup` (Debian package chromium)"
     reports = tmp_path / "reports"
     _generator().generate(reports, nodes=30, seed=3)
     page = tmp_path / "fleet.html"

@@ -1,6 +1,6 @@
 """The IPMI source against a real BMC simulator (OpenIPMI ipmi_sim, see tests/peers/ipmi_sim.py).
 
-Needs `ipmi_sim` and `sdrcomp` (`.ci/peers-ipmi.sh` installs them); without them these tests fail.
+Needs `ipmi_sim` and `sdrcomp` (`python -m tests.peers.setup` installs them); without them these tests fail.
 """
 
 from __future__ import annotations
@@ -382,7 +382,7 @@ def test_several_power_sensors_without_a_total_are_unknown(healthy: LiveRead) ->
 
 def test_harness_fails_without_ipmi_sim(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(pytest.fail.Exception, match=r"ipmi_sim and sdrcomp not found.*\.ci/peers-ipmi\.sh"):
+    with pytest.raises(pytest.fail.Exception, match=r"ipmi_sim and sdrcomp not found.*tests\.peers\.setup"):
         sim_harness.require_tools()
 
 

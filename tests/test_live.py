@@ -21,7 +21,7 @@ SYSCTLS = ["vm.zone_reclaim_mode", "net.core.rmem_max", "net.core.wmem_max", "ne
 
 @pytest.fixture
 def live_config(tmp_path: Path) -> Path:
-    """Overrides that make the generic profile observe every interface's MTU and more sysctls."""
+    """The generic profile, with overrides that make it observe every interface's MTU and more sysctls."""
     overrides = tmp_path / "overrides.yaml"
     sysctls = "".join(f"    {key}: {{min: 0, severity: info, reason: observe}}\n" for key in SYSCTLS)
     overrides.write_text(
@@ -29,7 +29,8 @@ def live_config(tmp_path: Path) -> Path:
         "  network:\n    mtu:\n      every-interface:\n        match: {names: ['*'], bond_members: true}\n"
         "        expect: {min: 0, severity: info, reason: observe}\n")
     config = tmp_path / "config.yaml"
-    config.write_text(f"overrides_file: {overrides}\n")
+    # Forced: a machine without GPUs would otherwise get no-nvidia-gpu, which judges no host file.
+    config.write_text(f"profile: generic-nvidia\noverrides_file: {overrides}\n")
     return config
 
 

@@ -9,7 +9,7 @@
   Prometheus server started for this module (`prometheus_server`): a parse error is HTTP 400
   `bad_data`. The same server loads the rules file and must evaluate every rule without error.
 
-Needs `promtool` and `prometheus` (Debian package `prometheus`; `.ci/peers-prometheus.sh` installs
+Needs `promtool` and `prometheus` (Debian package `prometheus`; `python -m tests.peers.setup` installs
 it). Without them these tests fail, they do not skip.
 """
 
@@ -37,13 +37,14 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.peers.locations import SETUP_COMMAND
 
 MONITORING = REPO / "monitoring"
 RULES = MONITORING / "nodewarden.rules.yml"
 RULES_TEST = MONITORING / "tests" / "nodewarden.rules_test.yml"
 DASHBOARD = MONITORING / "grafana" / "nodewarden-dashboard.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
-INSTALL_HINT = "run .ci/peers-prometheus.sh (apt-get install prometheus) to install it"
+INSTALL_HINT = f"run `{SETUP_COMMAND}` (as root: apt-get install prometheus) to install it"
 START_TIMEOUT_S = 15.0
 
 # What the Grafana variables become before an expression goes to Prometheus.

@@ -10,7 +10,7 @@ import pytest
 
 from agent.errors import ProfileError
 from agent.matching import Identity, select
-from agent.profiles import FALLBACK_PROFILE, ProfileStore, shipped_profile_dir
+from agent.profiles import FALLBACK_PROFILE, NO_GPU_PROFILE, ProfileStore, shipped_profile_dir
 from tests.conftest import RunCli
 
 SHIPPED = sorted(p.stem for p in shipped_profile_dir().glob("*.yaml"))
@@ -23,8 +23,9 @@ def write(directory: Path, name: str, body: str) -> Path:
     return path
 
 
-def identity(ids: list[str], dmi: dict[str, str] | None = None) -> Identity:
-    return Identity(tuple(ids), len(ids), dmi or {"sys_vendor": "Dell Inc.", "product_name": "PowerEdge XE9680"})
+def identity(ids: list[str], dmi: dict[str, str] | None = None, driver: bool = True) -> Identity:
+    return Identity(tuple(ids), len(ids), dmi or {"sys_vendor": "Dell Inc.", "product_name": "PowerEdge XE9680"},
+                    nvidia_driver=driver)
 
 
 def test_the_issue_names_every_shipped_profile() -> None:
@@ -36,6 +37,9 @@ def test_the_issue_names_every_shipped_profile() -> None:
 def test_shipped_profile_builds_and_every_expectation_has_reason_and_severity(name: str) -> None:
     profile = ProfileStore().profile(name)
     compiled = profile._compiled
+    if name == NO_GPU_PROFILE:  # a host without GPUs: deliberately judged by nothing
+        assert compiled == {}
+        return
     assert compiled, f"{name} has no expectations"
     for path, expectation in compiled.items():
         assert expectation.reason.strip(), path
@@ -65,6 +69,14 @@ def test_matching_uses_exact_pci_ids(ids: list[str], expected: str) -> None:
     selection = select(identity(ids), ProfileStore())
     assert selection.profile.name == expected
     assert selection.how == ("fallback" if expected == FALLBACK_PROFILE else "auto")
+
+
+def test_no_gpu_profile_needs_positive_evidence_of_a_host_without_gpus() -> None:
+    # No GPU on PCI and no driver: not a GPU node. Unknown PCI, or a driver, keeps the GPU fallback.
+    assert select(identity([], driver=False), ProfileStore()).how == "no_gpu"
+    assert select(identity([], driver=True), ProfileStore()).profile.name == FALLBACK_PROFILE
+    unread = Identity((), None, {}, ("PCI not read",), nvidia_driver=False)
+    assert select(unread, ProfileStore()).profile.name == FALLBACK_PROFILE
 
 
 def test_more_specific_site_profile_wins_and_equal_specificity_is_reported(tmp_path: Path) -> None:

@@ -78,8 +78,8 @@ def words(unit: Unit, section: str, key: str) -> list[str]:
 def analyze(*args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("systemd-analyze")
     if exe is None:
-        pytest.fail("systemd-analyze is not installed: these tests need it (Debian/Ubuntu: apt-get install "
-                    "systemd; it runs offline, no systemd as PID 1 is needed)", pytrace=False)
+        pytest.fail("systemd-analyze is not installed: run `.venv/bin/python -m tests.peers.setup` (as root: "
+                    "apt-get install systemd; it runs offline, no systemd as PID 1 is needed)", pytrace=False)
     # C locale and UTC: the output we parse must not depend on the machine's settings.
     env = {**os.environ, "LC_ALL": "C", "TZ": "UTC", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, check=False, env=env)

@@ -16,7 +16,7 @@ Fixtures:
 To use them, import `ipmi_sim_fixture` and `ipmi_sim_factory_fixture` into the test module (or
 list this module in a conftest's `pytest_plugins`).
 
-`ipmi_sim` missing is a failure, not a skip: CI installs it with `.ci/peers-ipmi.sh`.
+`ipmi_sim` missing is a failure, not a skip: CI installs it with `python -m tests.peers.setup`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.peers.locations import SETUP_COMMAND
+
 CONFIG_DIR = Path(__file__).resolve().parent / "ipmi"
 USER = "admin"
 PASSWORD = "Gpu-sim-S3cret!"  # distinctive, so tests can prove it leaks nowhere
@@ -44,7 +46,7 @@ SENSOR = {"GPU0_Temp": 1, "GPU1_Temp": 2, "Inlet_Temp": 3, "FAN1": 4, "FAN2": 5,
           "PSU1_Status": 6, "PSU2_Status": 7, "Sys_Power": 8}
 FAN_COUNTS_TO_RPM = 100
 PRODUCT_ID, SIX_BIT_PRODUCT_ID = "0x0f02", "0x0f06"  # Get Device ID product (gpu.emu's mc_add)
-INSTALL_HINT = "run .ci/peers-ipmi.sh (apt-get install openipmi ipmitool) to install it"
+INSTALL_HINT = f"run `{SETUP_COMMAND}` (as root: apt-get install openipmi ipmitool) to install it"
 START_TIMEOUT_S = 10.0
 
 # Get Channel Authentication Capabilities (IPMI 1.5 framing, no session): any answer means the

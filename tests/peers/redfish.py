@@ -1,7 +1,7 @@
 """Real Redfish peers on 127.0.0.1 for tests: sushy-static, a mitmdump fault proxy, TLS, a silent BMC.
 
-The servers come from isolated virtualenvs made by `.ci/peers-redfish.sh`
-(`${PEERS_VENV_DIR:-<repo>/.peers}/{sushy,mitm}`); their dependencies never enter the project's venv.
+The servers come from isolated virtualenvs made by `python -m tests.peers.setup`
+(`tests.peers.locations.peers_dir()/{sushy,mitm,emulator}`); their dependencies never enter the project's venv.
 If they are missing, the tests FAIL (they do not skip) and say how to create them.
 
 Plain context managers (usable from benchmarks and other fixtures):
@@ -56,10 +56,12 @@ from typing import Any
 
 import pytest
 
+from tests.peers.locations import SETUP_COMMAND, peers_dir
+
 REPO = Path(__file__).resolve().parents[2]
 MOCKUPS = REPO / "fixtures" / "redfish"
 ADDON = Path(__file__).resolve().with_name("redfish_fault_addon.py")
-SETUP_HINT = "run `.ci/peers-redfish.sh` from the repository root to create them"
+SETUP_HINT = f"run `{SETUP_COMMAND}` from the repository root to create them"
 START_TIMEOUT_S = 20.0
 PING_PATH = "/__faultproxy__/ping"  # answered by the addon itself, never counted
 ACTIONS = ("status", "delay", "hang", "reset", "body", "missing", "latency")
@@ -68,13 +70,9 @@ ACTIONS = ("status", "delay", "hang", "reset", "body", "missing", "latency")
 # --- locating the peers -------------------------------------------------------------------------
 
 
-def peers_venv_dir() -> Path:
-    return Path(os.environ.get("PEERS_VENV_DIR") or REPO / ".peers")
-
-
 def peer_bin(venv: str, script: str) -> Path:
     """Absolute path of a console script in a peers venv; fails the test (no skip) when missing."""
-    path = peers_venv_dir() / venv / "bin" / script
+    path = peers_dir() / venv / "bin" / script
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(f"Redfish test peer {script!r} not found at {path}: {SETUP_HINT}", pytrace=False)
     return path
@@ -327,7 +325,7 @@ def sushy_emulator(user: str, password: str, workdir: Path | None = None) -> Ite
     sushy-emulator's BIOS needs its libvirt driver; libvirt's built-in `test:///default` driver
     keeps one in-memory domain per process, so each start begins with the same BIOS and needs no
     libvirtd. The venv (`emulator`) sees Debian's python3-libvirt through system site-packages;
-    `.ci/peers-redfish.sh` creates it. This emulator applies a PATCH to the current BIOS at once,
+    `python -m tests.peers.setup` creates it. This emulator applies a PATCH to the current BIOS at once,
     where a real BMC stages it until the next boot.
     """
     exe = peer_bin("emulator", "sushy-emulator")
