@@ -31,7 +31,7 @@ from agent import sdnotify
 from agent.baseline import load_node_baseline
 from agent.config import Config, load_config
 from agent.credentials import BmcOptions, read_password_file
-from agent.engine import AuditRequest, NodeSource, Report, evaluate, open_node, read_bmc
+from agent.engine import AuditRequest, NodeSource, Report, choose_profile, evaluate, open_node, read_bmc
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
 from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings
@@ -51,6 +51,11 @@ DEFAULT_INTERVALS = {"nvml": 15.0, "host": 60.0, "bmc_sensors": 120.0, "bmc_inve
 DEFAULT_TIMEOUTS = {"nvml": 10.0, "host": 20.0, "bmc_sensors": 60.0, "bmc_inventory": 120.0}
 SENSOR_PARTS = ("temperatures", "fans", "psus", "redundancy", "power_consumed_w", "leak_detectors")
 EVALUATE_AT_MOST_EVERY_S = 1.0
+# The first evaluation waits for these pollers only (fast, local); a slow or hung BMC shows as
+# pending until it answers instead of holding back every other finding.
+FIRST_PUBLISH_POLLERS = ("host", "nvml")
+FIRST_PUBLISH_GRACE_S = 1.0  # how long the first publish waits for the other pollers at most
+PENDING = "not read yet"
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,11 @@ class SourcePoller:
         return PollResult(value, statuses, time.time())
 
 
+def _pending(name: str) -> SourceStatus:
+    """A configured source whose first read has not returned yet (`nodewarden_source_pending`)."""
+    return SourceStatus(name, ok=False, error=PENDING, detail={"pending": True})
+
+
 def _failure(result: PollResult) -> list[tuple[str, bool, str | None]]:
     return sorted((name, status.ok, status.error) for name, status in result.statuses.items())
 
@@ -231,9 +241,19 @@ class Daemon:
         assert fs is not None
         start = time.monotonic()
         host = read_host_facts(fs)
-        missing = [k for k in self._sysctl_keys if k not in host.sysctl]
+        # Before the first evaluation the judging profile is not known yet: match it from this very
+        # read, so the first report has every sysctl its profile names (no "was not read").
+        keys = self._sysctl_keys or self._profile_sysctls(host)
+        missing = [k for k in keys if k not in host.sysctl]
         host.sysctl.update(read_sysctls(fs, missing))
         return host, {"host": SourceStatus("host", ok=True, duration_s=time.monotonic() - start)}
+
+    def _profile_sysctls(self, host: HostFacts) -> tuple[str, ...]:
+        try:
+            profile = choose_profile(self.request, self.store, host, Unknown(PENDING))[0]
+        except NodewardenError:
+            return ()
+        return tuple(profile.sysctl_keys)
 
     def _read_nvml(self) -> tuple[NvmlFacts | Unknown, dict[str, SourceStatus]]:
         facts, status = self.node.read_nvml(self.settings.timeouts["nvml"])
@@ -283,21 +303,22 @@ class Daemon:
         sources: dict[str, SourceStatus] = {}
         host_result = results.get("host")
         host = host_result.value if host_result and isinstance(host_result.value, HostFacts) else (
-            absent_host_facts("not read yet" if self.node.captured("host") else "not in this snapshot"))
+            absent_host_facts(PENDING if self.node.captured("host") else "not in this snapshot"))
         if host_result:
             sources.update(host_result.statuses)
+        elif self.node.captured("host"):
+            sources["host"] = _pending("host")
         else:
-            sources["host"] = SourceStatus("host", ok=False, configured=self.node.captured("host"),
-                                           error="not read yet" if self.node.captured("host") else "not in snapshot")
+            sources["host"] = SourceStatus("host", ok=False, configured=False, error="not in snapshot")
         nvml_result = results.get("nvml")
         nvml: NvmlFacts | Unknown = Unsupported("not in snapshot") if not self.node.captured("nvml") else (
-            Unknown("not read yet"))
+            Unknown(PENDING))
         if nvml_result:
             sources.update(nvml_result.statuses)
             nvml = nvml_result.value if nvml_result.value is not None else Unknown(
                 nvml_result.statuses["nvml"].error or "not read")
         elif self.node.captured("nvml"):
-            sources["nvml"] = SourceStatus("nvml", ok=False, error="not read yet")
+            sources["nvml"] = _pending("nvml")
         else:
             sources["nvml"] = SourceStatus("nvml", ok=False, configured=False, error="not in snapshot")
         bmc, bmc_sources = self._bmc_now(results)
@@ -312,13 +333,13 @@ class Daemon:
     def _bmc_now(self, results: dict[str, PollResult]) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
         """The inventory walk's facts with the newer sensor readings; statuses from the newest poll."""
         protocols = self._bmc_protocols
-        statuses = {name: SourceStatus(name, ok=False, configured=name in protocols,
-                                       error="not read yet" if name in protocols else "not configured")
+        statuses = {name: _pending(name) if name in protocols else
+                    SourceStatus(name, ok=False, configured=False, error="not configured")
                     for name in ("redfish", "ipmi")}
         inventory, sensors = results.get("bmc_inventory"), results.get("bmc_sensors")
         polled = [r for r in (inventory, sensors) if r is not None]
         if not polled:
-            return (Unknown("not read yet") if protocols else Unsupported("no BMC configured")), statuses
+            return (Unknown(PENDING) if protocols else Unsupported("no BMC configured")), statuses
         newest = max(polled, key=lambda r: r.finished_at)
         statuses.update(newest.statuses)
         base = inventory.value if inventory is not None and isinstance(inventory.value, BmcFacts) else None
@@ -359,7 +380,10 @@ class Daemon:
         self._body = Exposition(NodeMetrics(report, last, xids).render())  # one assignment: old or new
 
     def log_changes(self, report: Report) -> None:
-        current = {(f.check, f.subject): ("waived" if f.waiver else f.status.value) for f in report.findings}
+        # A finding that is unknown only because its source's first read is still running is not
+        # news: it is logged when the source answers ("new -> fail"), not as a flood at start.
+        current = {(f.check, f.subject): ("waived" if f.waiver else f.status.value) for f in report.findings
+                   if not (f.status is Status.UNKNOWN and PENDING in f.message)}
         messages = {(f.check, f.subject): f for f in report.findings}
         previous = self._previous
         if previous is None:
@@ -383,7 +407,7 @@ class Daemon:
                                            "from": previous[key], "to": None}})
         self._previous = current
         for name, src in sorted(report.sources.items()):
-            if not src.configured:
+            if not src.configured or src.detail.get("pending"):
                 continue
             was = self._source_state.get(name)
             if was is None and src.ok:
@@ -475,13 +499,14 @@ class Daemon:
         if self.kmsg is not None:
             self.kmsg.start()
         watchdog = sdnotify.watchdog_interval_s()
+        started = time.monotonic()
         next_ping = time.monotonic()
         ready = False
         last_evaluation = 0.0
         while not self.stop.is_set():
             wait = 1.0 if watchdog is None else min(1.0, max(0.0, next_ping - time.monotonic()))
             throttled = max(0.0, last_evaluation + EVALUATE_AT_MOST_EVERY_S - time.monotonic())
-            if self._changed.is_set() and (throttled > 0 or not all(p.polls > 0 for p in self.pollers)):
+            if self._changed.is_set() and (throttled > 0 or not self._collected(started)):
                 # News is waiting but may not be judged yet: sleep, do not spin on the set event.
                 self.stop.wait(min(wait, throttled or 0.1))
             else:
@@ -493,10 +518,7 @@ class Daemon:
                 sdnotify.notify("RELOADING=1")
                 self.reload()
                 sdnotify.notify("READY=1")
-            # Judge only once every source has been read (or given up on) once: a half-read node
-            # would match the wrong profile and log a flood of "not read yet".
-            collected = all(p.polls > 0 for p in self.pollers)
-            if collected and self._changed.is_set() and (
+            if self._collected(started) and self._changed.is_set() and (
                     time.monotonic() - last_evaluation >= EVALUATE_AT_MOST_EVERY_S):
                 self._changed.clear()
                 last_evaluation = time.monotonic()
@@ -507,8 +529,12 @@ class Daemon:
                     # collector's sight so a full collection stays short (scrape latency).
                     gc.collect()
                     gc.freeze()
-                    sdnotify.notify("READY=1\nSTATUS=first collection done")
-                    log.info("ready: every source read once", extra={"fields": {"event": "ready"}})
+                    pending = sorted(p.name for p in self.pollers if p.polls == 0)
+                    sdnotify.notify("READY=1\nSTATUS=first evaluation published" +
+                                    (f"; still reading {', '.join(pending)}" if pending else ""))
+                    log.info("ready: first evaluation published%s",
+                             f" (still reading {', '.join(pending)})" if pending else "",
+                             extra={"fields": {"event": "ready", "pending": pending}})
             if watchdog is not None and time.monotonic() >= next_ping:
                 sdnotify.notify("WATCHDOG=1")
                 next_ping = time.monotonic() + watchdog
@@ -518,6 +544,13 @@ class Daemon:
             self.kmsg.stop()
         self.server.stop()
         return 0
+
+    def _collected(self, started: float) -> bool:
+        """Whether the node may be judged: host and NVML read once (a half-read host would match
+        the wrong profile), and the other sources read too or given FIRST_PUBLISH_GRACE_S to be."""
+        if not all(p.polls > 0 for p in self.pollers if p.name in FIRST_PUBLISH_POLLERS):
+            return False
+        return all(p.polls > 0 for p in self.pollers) or time.monotonic() - started >= FIRST_PUBLISH_GRACE_S
 
     def _evaluate_and_publish(self) -> None:
         try:

@@ -29,6 +29,9 @@ def evaluate_reachable(facts: NodeFacts, profile: Profile) -> list[Finding]:
                                         f"{name}: {status.error} (not retried, to avoid locking the account)",
                                         observed="auth failed", expected="authenticated", action="check_credentials",
                                         reason="Without BMC access, PSU, fan, firmware and BIOS drift go unseen")
+        elif status.detail.get("pending"):  # the daemon's first read of it has not returned yet
+            finding = REACHABLE.finding(name, Status.UNKNOWN, Severity.WARNING, f"{name}: {status.error}",
+                                        observed="pending", expected="up")
         elif not status.ok and status.error and not status.detail.get("resources"):
             finding = REACHABLE.finding(name, Status.FAIL, Severity.WARNING, f"{name}: {status.error}",
                                         observed="down", expected="up",

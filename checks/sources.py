@@ -33,13 +33,17 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         if not status.configured:
             findings.append(SOURCE.finding(name, Status.SKIP, Severity.INFO,
                                            f"{name}: {status.error or 'not configured'}"))
+        elif status.detail.get("pending"):  # the daemon's first read has not returned yet
+            findings.append(SOURCE.finding(name, Status.UNKNOWN, Severity.INFO, f"{name}: {status.error}",
+                                           observed="pending", expected="up"))
         elif status.ok:
             findings.append(SOURCE.finding(name, Status.PASS, severity, f"{name} answered in "
                                            f"{status.duration_s:.3f} s", observed="up", expected="up"))
         elif name == "nvml" and gpus_on_pci == 0 and not _gpu_node(facts):
             # Positively not a GPU node (no GPU on PCI, no driver): NVML has nothing to say.
-            findings.append(SOURCE.finding(name, Status.SKIP, Severity.INFO,
-                                           f"nvml: no NVIDIA GPU on PCI and no NVIDIA driver: not needed ({status.error})"))
+            findings.append(SOURCE.finding(
+                name, Status.SKIP, Severity.INFO,
+                f"nvml: no NVIDIA GPU on PCI and no NVIDIA driver: not needed ({status.error})"))
         elif name == "nvml" and gpus_on_pci == 0:
             # A driver but no GPU on PCI: GPUs may have fallen off the bus, or a profile mismatch.
             findings.append(SOURCE.finding(name, Status.WARN, Severity.WARNING,

@@ -182,9 +182,10 @@ def test_a_hung_bmc_never_slows_a_scrape(tmp_path: Path) -> None:
                                     "  intervals: {bmc_sensors: 1, bmc_inventory: 1}\n")
     with silent_listener() as (host, port), running_daemon(
             tmp_path, *DRIFTED, "--config", str(config), "--bmc", f"http://{host}:{port}") as daemon:
-        def redfish_down() -> str | None:
+        def redfish_down() -> str | None:  # down after its first read timed out, no longer pending
             body = daemon.scrape()[1]
-            return body if daemon.value('nodewarden_source_up{source="redfish"}', body) == 0 else None
+            return body if daemon.value('nodewarden_source_up{source="redfish"}', body) == 0 and daemon.value(
+                'nodewarden_source_pending{source="redfish"}', body) == 0 else None
 
         body = daemon.wait_for(redfish_down, what="redfish down")
         assert daemon.value('nodewarden_source_up{source="nvml"}', body) == 1  # the others carry on

@@ -34,6 +34,9 @@ def report_families(report: Report) -> list[Metric]:
                                labels=["status", "severity"])
     source_up = GaugeMetricFamily("nodewarden_source_up", "1 if the source answered its last read, 0 if not",
                                   labels=["source"])
+    source_pending = GaugeMetricFamily("nodewarden_source_pending",
+                                       "1 while the source's first read has not returned (its checks are unknown)",
+                                       labels=["source"])
     source_duration = GaugeMetricFamily("nodewarden_source_duration_seconds", "Time spent on the source's last read",
                                         labels=["source"])
     profile = GaugeMetricFamily("nodewarden_profile_info", "The profile the node is judged by", labels=["profile"])
@@ -60,12 +63,13 @@ def report_families(report: Report) -> list[Metric]:
     for name, src in sorted(report.sources.items()):
         if src.configured:
             source_up.add_metric([name], 1 if src.ok else 0)
+            source_pending.add_metric([name], 1 if src.detail.get("pending") else 0)
             source_duration.add_metric([name], src.duration_s)
     profile.add_metric([report.profile], 1)
     build.add_metric([__version__], 1)
     last.add_metric([], dt.datetime.fromisoformat(report.started_at).timestamp())
     duration.add_metric([], report.duration_s)
-    return [status, waived, totals, source_up, source_duration, profile, build, last, duration]
+    return [status, waived, totals, source_up, source_pending, source_duration, profile, build, last, duration]
 
 
 class FixedCollector(Collector):

@@ -874,8 +874,12 @@ def read_redfish(make_transport: Callable[[], Transport], *, concurrency: int = 
         error = walk.auth_error.reason
         return Unknown(error), SourceStatus("redfish", ok=False, error=error, duration_s=elapsed,
                                             detail={"auth_failed": True, "requests": transport.requests}), transport
-    if ROOT not in walk.resources:
-        error = walk.errors[ROOT].reason if ROOT in walk.errors else "the service root did not answer"
+    if not any(path in walk.resources for path in paths):
+        # The walk's own start (the service root, or /Chassis for the daemon's sensor poll) is the
+        # evidence that the BMC answered; a sensor walk never asks for the root.
+        first = paths[0]
+        error = walk.errors[first].reason if first in walk.errors else (
+            "the service root did not answer" if first == ROOT else f"{first} did not answer")
         return Unknown(error), SourceStatus("redfish", ok=False, error=error, duration_s=elapsed), transport
     facts = parse_bmc(walk, insecure=insecure)
     detail: dict[str, Any] = {"requests": transport.requests, "resources": len(walk.resources),
