@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 BASELINE_SCHEMA = "nodewarden.baseline/v1"
 BASELINE_FILE = "baseline.json"
+MAX_BASELINE_BYTES = 4 << 20  # 8 GPUs' baseline is ~5 KB
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,16 +75,18 @@ def load_baseline(path: Path) -> Baseline | Unknown:
 
 def read_document(path: Path) -> dict[str, Any]:
     """The JSON object in `path` (FileNotFoundError when there is none)."""
+    from agent.jsonfile import JsonInputError, load_json_bytes, read_bounded
+
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_bounded(path, MAX_BASELINE_BYTES)
     except FileNotFoundError:
         raise
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise BaselineError(f"cannot read: {exc}", path=str(path)) from None
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise BaselineError(f"not JSON: {exc}", path=str(path)) from None
+        doc = load_json_bytes(data, what=str(path), max_bytes=MAX_BASELINE_BYTES, max_depth=16)
+    except JsonInputError as exc:
+        raise BaselineError(exc.message, path=str(path), line=exc.line) from None
     if not isinstance(doc, dict):
         raise BaselineError("a baseline is a JSON object", path=str(path))
     return doc
@@ -318,10 +321,10 @@ def baseline_text(doc: dict[str, Any]) -> str:
 
 
 def write_baseline(path: Path, doc: dict[str, Any]) -> None:
-    """Atomically (temporary file in the same folder, fsync, rename), mode 0644: it holds no secrets."""
-    from agent.report import write_atomic
+    """Through agent.fsutil's one writer: atomically, mode 0644 for a new file (it holds no secrets)."""
+    from agent.fsutil import write_output
 
-    write_atomic(path, baseline_text(doc))
+    write_output(path, baseline_text(doc))
 
 
 # --- show -------------------------------------------------------------------------------------
@@ -402,6 +405,10 @@ def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Pa
         if node.mode == "simulated":
             raise click.UsageError("a simulated node is read-only: give --out FILE")
         out = baseline_path(node, config)
+        if node.snapshot is None and not out.parent.exists():
+            from agent.fsutil import trusted_dir
+
+            trusted_dir(out.parent, create=True)  # the default state dir, made 0700 like remediate makes it
     recording = record_baseline(request, node)
     if recording.busy and not force:
         for line in recording.busy:

@@ -3,6 +3,7 @@ so `nodewarden --version` and simple commands start fast."""
 
 from __future__ import annotations
 
+import io
 import sys
 import traceback
 from collections.abc import Callable
@@ -20,6 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class State:
     verbose: int = 0
+    debug_http: bool = False
     log_format: str = "text"
     log_format_given: bool = False
 
@@ -32,6 +34,8 @@ class NodewardenGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except BrokenPipeError:
+            _quiet_broken_pipe()
         except NodewardenError as exc:
             if _verbose(ctx):
                 traceback.print_exc()
@@ -45,6 +49,25 @@ class NodewardenGroup(click.Group):
             ctx.exit(EXIT_CANNOT_RUN)
 
 
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of stdout went away (`nodewarden audit | head -c1`): exit quietly, no traceback.
+
+    stdout is pointed at /dev/null first, so the interpreter's final flush cannot complain either.
+    """
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real descriptor (tests capture stdout in memory)
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
 def _verbose(ctx: click.Context) -> bool:
     state = ctx.find_object(State)
     return bool(state and state.verbose)
@@ -56,14 +79,17 @@ def _verbose(ctx: click.Context) -> bool:
 @click.option("-v", "--verbose", count=True, help="More output; -v lists passes, -vv logs debug.")
 @click.option("--log-format", type=click.Choice(["text", "json"]),
               help="Log lines as text or JSON (default: text; JSON for the daemon).")
+@click.option("--debug-http", is_flag=True,
+              help="Log the BMC libraries' HTTP requests and responses too (secrets redacted).")
 @click.pass_context
-def cli(ctx: click.Context, verbose: int, log_format: str | None) -> None:
+def cli(ctx: click.Context, verbose: int, log_format: str | None, debug_http: bool) -> None:
     """Keep GPU servers tuned and healthy: audit, remediate, watch."""
     state = ctx.ensure_object(State)
     state.verbose, state.log_format, state.log_format_given = verbose, log_format or "text", log_format is not None
+    state.debug_http = debug_http
     from agent.log import setup_logging
 
-    setup_logging(verbose, state.log_format)
+    setup_logging(verbose, state.log_format, debug_http=debug_http)
 
 
 def _config(config_path: Path | None) -> Any:
@@ -88,14 +114,15 @@ def _bmc_options(config: Any, kw: dict[str, Any]) -> Any:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "prom"]),
               help="Output format (default: table on a terminal, json otherwise).")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
-              help="Write the report to FILE atomically instead of stdout.")
+              help="Write the report to FILE (atomically; a device or FIFO in place; - is stdout).")
 @click.pass_obj
 def audit(state: State, /, simulate: str | None, snapshot: Path | None, config_path: Path | None,
           profile: str | None, only: tuple[str, ...], skip: tuple[str, ...], fmt: str | None,
           output: Path | None, **bmc: Any) -> None:
     """Audit a node against its profile. Exit 0 no fail, 1 fail, 2 bad input, 3 could not run."""
     from agent.engine import AuditRequest, run_audit
-    from agent.report import render, write_atomic
+    from agent.fsutil import write_output
+    from agent.report import render
 
     config = _config(config_path)
     request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, profile=profile, only=only,
@@ -105,7 +132,7 @@ def audit(state: State, /, simulate: str | None, snapshot: Path | None, config_p
     fmt = fmt or ("table" if tty else "json")
     text = render(report, fmt, verbose=state.verbose > 0, color=tty)
     if output is not None:
-        write_atomic(output, text)
+        write_output(output, text)
     else:
         click.echo(text, nl=False)
     sys.exit(report.exit_code)
@@ -236,7 +263,8 @@ def snapshot_import_nvidia_smi(file: Path, out: Path) -> None:
 def _state_dir_option(func: F) -> F:
     return click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
                         default="/var/lib/nodewarden", show_default=True,
-                        help="Where the remediation journal and lock live.")(func)
+                        help="Where the remediation journal lives: root's or yours, writable by nobody "
+                        "else (exit 2 otherwise). The lock is the node's, not this folder's.")(func)
 
 
 @cli.command()
@@ -317,9 +345,10 @@ def daemon(state: State, /, simulate: str | None, snapshot: Path | None, config_
     from agent.log import setup_logging
 
     if not state.log_format_given:
-        setup_logging(max(state.verbose, 1), "json", stream=sys.stdout)  # JSON lines to journald
+        setup_logging(max(state.verbose, 1), "json", stream=sys.stdout,  # JSON lines to journald
+                      debug_http=state.debug_http)
     else:
-        setup_logging(max(state.verbose, 1), state.log_format, stream=sys.stdout)
+        setup_logging(max(state.verbose, 1), state.log_format, stream=sys.stdout, debug_http=state.debug_http)
     config = _config(config_path)
     settings = daemon_settings(config, listen)
     request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, profile=profile,
@@ -374,7 +403,7 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, out
         read_reports,
     )
     from agent.fleet.render import render_csv, render_html, render_json, render_md
-    from agent.report import write_atomic
+    from agent.fsutil import write_output
 
     options = FleetOptions(stale_after=_duration(stale_after), expiring_within=_duration(expiring_within),
                            thermal_delta_c=thermal_delta)
@@ -402,7 +431,7 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, out
     text = {"json": lambda: render_json(data), "md": lambda: render_md(data), "html": lambda: render_html(data),
             "csv": lambda: render_csv(nodes)}[fmt]()
     if output is not None:
-        write_atomic(output, text)
+        write_output(output, text)
     else:
         click.echo(text, nl=False)
 
@@ -414,6 +443,18 @@ def _register_baseline() -> None:
 
 
 _register_baseline()
+
+
+@cli.command("install")
+@click.option("--prefix", type=click.Path(path_type=Path, file_okay=False), default=Path("/"), show_default=True,
+              help="Root to install under (a staging folder or an image).")
+@click.option("--bin", "binary", metavar="PATH",
+              help="The nodewarden the units run (default: this installation's; layout: /opt/nodewarden/bin).")
+def install_command(prefix: Path, binary: str | None) -> None:
+    """Install the systemd units, an example config, the credential file and the state folder."""
+    from agent.commands.install import install, summary
+
+    click.echo(summary(install(prefix, binary)))
 
 
 @cli.command("apply-boot")

@@ -15,50 +15,93 @@ DEFAULT_CONFIG = ETC_DIR / "config.yaml"
 DEFAULT_STATE_DIR = Path("/var/lib/nodewarden")
 
 _PATH = {"type": "string", "minLength": 1}
-_ENDPOINT = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "url": {"type": "string", "pattern": "^https?://"},
-        "host": {"type": "string", "minLength": 1},
-        "user": {"type": "string", "minLength": 1},
-        "password_file": _PATH,
-        "ca_file": _PATH,
-        "insecure": {"type": "boolean"},
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0},
-        "concurrency": {"type": "integer", "minimum": 1, "maximum": 16},
-    },
+
+
+def _doc(schema: dict[str, Any], description: str, default: Any = None, example: Any = None) -> dict[str, Any]:
+    """A schema node with the text `docs/config.md` and the example config are generated from."""
+    out = {**schema, "description": description}
+    if default is not None:
+        out["default"] = default
+    if example is not None:
+        out["examples"] = [example]
+    return out
+
+
+_ENDPOINT_KEYS: dict[str, dict[str, Any]] = {
+    "user": _doc({"type": "string", "minLength": 1}, "BMC user name (read-only operator role is enough for audits)",
+                 example="monitor"),
+    "password_file": _doc(_PATH, "File holding the password on its first line: regular file, owner-only (0600), "
+                          "in a folder only its owner can write; under systemd use LoadCredential=bmc-password instead",
+                          example="/etc/nodewarden/bmc-password"),
+    "ca_file": _doc(_PATH, "PEM bundle the BMC's TLS certificate is verified against (default: the system bundle)",
+                    example="/etc/nodewarden/bmc-ca.pem"),
+    "insecure": _doc({"type": "boolean"}, "Skip TLS verification (a warning finding says so on every audit)", False),
+    "timeout_s": _doc({"type": "number", "exclusiveMinimum": 0}, "Seconds one request may take", 10),
+    "deadline_s": _doc({"type": "number", "exclusiveMinimum": 0},
+                       "Seconds the whole BMC read may take: login, every resource, retries", 60),
+    "concurrency": _doc({"type": "integer", "minimum": 1, "maximum": 16},
+                        "Requests in flight at once (and HTTP connections kept); BMCs are small", 4),
 }
+_BMC = {"type": "object", "additionalProperties": False, "description": "The BMC over Redfish", "properties": {
+    "url": _doc({"type": "string", "pattern": "^https?://"}, "Redfish service, https://HOST[:PORT]",
+                example="https://10.0.0.17"),
+    **_ENDPOINT_KEYS,
+}}
+_IPMI = {"type": "object", "additionalProperties": False,
+         "description": "The BMC over IPMI (RMCP+), for BMCs without usable Redfish", "properties": {
+             "host": _doc({"type": "string", "minLength": 1}, "BMC address, HOST or HOST:PORT", example="10.0.0.17"),
+             "port": _doc({"type": "integer", "minimum": 1, "maximum": 65535}, "UDP port", 623),
+             **_ENDPOINT_KEYS,
+         }}
 _SECONDS = {"type": "number", "exclusiveMinimum": 0}
-_PER_SOURCE = {"type": "object", "additionalProperties": False,
-               "properties": {name: _SECONDS for name in ("host", "nvml", "bmc_sensors", "bmc_inventory")}}
+_SOURCES = {"host": "host files (sysctls, sysfs, procfs)", "nvml": "the GPUs over NVML",
+            "bmc_sensors": "the BMC's sensors (walked from /Chassis)",
+            "bmc_inventory": "the BMC's whole tree (firmware, BIOS, logs)"}
+
+
+def _per_source(what: str, defaults: dict[str, float]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "description": what, "properties": {
+        name: _doc(_SECONDS, f"Seconds, for {text}", defaults[name]) for name, text in _SOURCES.items()}}
+
+
 _DAEMON = {
     "type": "object",
     "additionalProperties": False,
+    "description": "`nodewarden daemon`: polling and the /metrics endpoint",
     "properties": {
-        "listen": {"type": "string", "pattern": "^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.\\-]+):[0-9]{1,5}$"},
-        "intervals": _PER_SOURCE,
-        "timeouts": _PER_SOURCE,
-        "auto_apply": {"type": "boolean"},
-        "auto_apply_interval_s": _SECONDS,
-        "tls_cert_file": _PATH,
-        "tls_key_file": _PATH,
-        "basic_auth_user": {"type": "string", "minLength": 1},
-        "basic_auth_password_file": _PATH,
+        "listen": _doc({"type": "string", "pattern": "^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.\\-]+):[0-9]{1,5}$"},
+                       "HOST:PORT of /metrics (a remote Prometheus needs a non-loopback address)", "127.0.0.1:9847"),
+        "intervals": _per_source("How often each source is read",
+                                 {"host": 60, "nvml": 15, "bmc_sensors": 120, "bmc_inventory": 3600}),
+        "timeouts": _per_source("How long one read of each source may take before it counts as down",
+                                {"host": 20, "nvml": 10, "bmc_sensors": 60, "bmc_inventory": 120}),
+        "auto_apply": _doc({"type": "boolean"}, "Apply `safe` remediations on its own (needs root; see the unit)",
+                           False),
+        "auto_apply_interval_s": _doc(_SECONDS, "Seconds between auto-apply runs", 300),
+        "tls_cert_file": _doc(_PATH, "Serve /metrics over HTTPS with this certificate (PEM)"),
+        "tls_key_file": _doc(_PATH, "The certificate's private key (PEM); give it as a systemd credential"),
+        "basic_auth_user": _doc({"type": "string", "minLength": 1}, "Require HTTP basic auth with this user"),
+        "basic_auth_password_file": _doc(_PATH, "Its password (owner-only file, first line)"),
     },
 }
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": ["object", "null"],
     "additionalProperties": False,
+    "description": "nodewarden's configuration, /etc/nodewarden/config.yaml; command-line options win",
     "properties": {
-        "profile": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]*$"},
-        "profile_dirs": {"type": "array", "items": _PATH},
-        "overrides_file": _PATH,
-        "waivers_file": _PATH,
-        "state_dir": _PATH,
-        "bmc": _ENDPOINT,
-        "ipmi": _ENDPOINT,
-        "log_format": {"enum": ["text", "json"]},
+        "profile": _doc({"type": "string", "pattern": "^[a-z0-9][a-z0-9-]*$"},
+                        "Profile that judges this node, or auto to match it from the hardware", "auto"),
+        "profile_dirs": _doc({"type": "array", "items": _PATH},
+                             "Extra folders of site profiles, searched before the shipped ones",
+                             example=["/etc/nodewarden/profiles"]),
+        "overrides_file": _doc(_PATH, "Site overrides merged over the chosen profile",
+                               "/etc/nodewarden/overrides.yaml"),
+        "waivers_file": _doc(_PATH, "Waivers (check, subject, reason, expiry)", "/etc/nodewarden/waivers.yaml"),
+        "state_dir": _doc(_PATH, "Remediation journal and state (owned by root, not group/other-writable)",
+                          str(DEFAULT_STATE_DIR)),
+        "bmc": _BMC,
+        "ipmi": _IPMI,
+        "log_format": _doc({"enum": ["text", "json"]}, "Log lines as text or JSON (the daemon logs JSON)", "text"),
         "daemon": _DAEMON,
     },
 }

@@ -7,12 +7,14 @@ repr and str are masked.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import ConfigError
+from agent.log import register_secret
 
 SYSTEMD_CREDENTIAL = "bmc-password"  # LoadCredential=bmc-password:/etc/nodewarden/bmc-password
 
@@ -24,6 +26,7 @@ class Secret:
 
     def __init__(self, value: str) -> None:
         self._value = value
+        register_secret(value)  # masked in every log line from now on, whatever logs it
 
     def reveal(self) -> str:
         return self._value
@@ -40,29 +43,63 @@ class Secret:
         return hash(("Secret", len(self._value)))
 
 
+MAX_PASSWORD_FILE_BYTES = 4096
+
+
 def read_password_file(path: Path) -> Secret:
-    """The first line of `path`, which must be a regular file readable by its owner only."""
+    """The first line of `path`, which must be a regular file readable by its owner only.
+
+    Opened without following a symlink, and refused in a folder others can write to: either
+    would let another user swap the file for one they control (or point it at one of ours).
+    """
+    trusted = _under_credentials_directory(path)
+    if not trusted:
+        _check_folder(path)
     try:
-        info = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError("the password file is a symlink; name the file itself", path=str(path)) from None
         raise ConfigError(f"cannot read the password file: {exc.strerror}", path=str(path)) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError("the password file must be a regular file", path=str(path))
-    if _under_credentials_directory(path):
-        pass  # systemd made it readable for this service alone (owner root plus an ACL on newer systemd)
-    elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(f"the password file is accessible by group or others (mode {stat.S_IMODE(info.st_mode):04o});"
-                          " run chmod 600 on it", path=str(path))
-    elif info.st_uid != os.geteuid():
-        raise ConfigError("the password file must be owned by the user running nodewarden", path=str(path))
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError("the password file must be a regular file", path=str(path))
+        if trusted:
+            pass  # systemd made it readable for this service alone (owner root plus an ACL on newer systemd)
+        elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError("the password file is accessible by group or others (mode "
+                              f"{stat.S_IMODE(info.st_mode):04o}); run chmod 600 on it", path=str(path))
+        elif info.st_uid != os.geteuid():
+            raise ConfigError("the password file must be owned by the user running nodewarden", path=str(path))
+        data = os.read(fd, MAX_PASSWORD_FILE_BYTES + 1)
+    except OSError as exc:
         raise ConfigError(f"cannot read the password file: {type(exc).__name__}", path=str(path)) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PASSWORD_FILE_BYTES:
+        raise ConfigError(f"the password file is larger than {MAX_PASSWORD_FILE_BYTES} bytes", path=str(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("cannot read the password file: not UTF-8", path=str(path)) from None
     password = text.splitlines()[0] if text else ""
     if not password:
         raise ConfigError("the password file is empty", path=str(path))
     return Secret(password)
+
+
+def _check_folder(path: Path) -> None:
+    """The folder holding the password file must not be writable by group or others (sticky or not)."""
+    folder = path.absolute().parent
+    try:
+        info = os.stat(folder)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the password file's folder: {exc.strerror}", path=str(folder)) from None
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"the password file sits in a folder others can write to (mode "
+                          f"{stat.S_IMODE(info.st_mode):04o}); keep it in a folder only its owner can change",
+                          path=str(folder))
 
 
 def _under_credentials_directory(path: Path) -> bool:
@@ -131,10 +168,12 @@ def resolve_bmc_options(config_bmc: dict[str, object], config_ipmi: dict[str, ob
     if ca and not Path(ca).is_file():
         raise ConfigError(f"the BMC CA file {ca} does not exist")
     timeout = config_bmc.get("timeout_s", 10.0)
+    deadline = config_bmc.get("deadline_s", 60.0)
     concurrency = config_bmc.get("concurrency", 4)
     return BmcOptions(url=url, ipmi_host=host, ipmi_port=port, user=user, password=password, ca_file=ca,
                       insecure=insecure or bool(config_bmc.get("insecure", False)),
                       timeout_s=float(timeout) if isinstance(timeout, (int, float)) else 10.0,
+                      deadline_s=float(deadline) if isinstance(deadline, (int, float)) else 60.0,
                       concurrency=concurrency if isinstance(concurrency, int) else 4)
 
 

@@ -38,6 +38,7 @@ REPORT_SCHEMA = "nodewarden.report/v1"
 ALWAYS_CHECKS = ("profile.match", "source.available")
 NVML_SOURCES = ("nvml",)  # cross-checks use whichever views the other checks needed
 BMC_SOURCES = ("bmc",)
+RECORDING_MAX_BYTES = 32 << 20  # ipmi.json: a full SEL is a few MB
 
 
 @dataclass
@@ -116,7 +117,8 @@ def read_bmc(node: NodeSource, options: BmcOptions, sensors_only: bool = False,
             url = options.url
             redfish_facts, statuses["redfish"], _ = redfish.read_redfish(
                 lambda: redfish.LiveRedfish(url, user, password, ca_file=options.ca_file, insecure=options.insecure,
-                                            timeout_s=options.timeout_s),
+                                            timeout_s=options.timeout_s, concurrency=options.concurrency,
+                                            deadline_s=options.deadline_s),
                 concurrency=options.concurrency, deadline_s=options.deadline_s, insecure=options.insecure,
                 paths=paths)
         if options.ipmi_host:
@@ -153,11 +155,13 @@ def merge_bmc(redfish_facts: BmcFacts | Unknown | None, ipmi_facts: BmcFacts | U
 
 
 def _load_json(path: Path) -> Any:
-    import json
+    from agent.jsonfile import JsonInputError, load_json_file
 
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return load_json_file(path, max_bytes=RECORDING_MAX_BYTES)
+    except JsonInputError:
+        raise
+    except OSError as exc:
         raise SnapshotError(f"unreadable: {exc}", path=str(path)) from None
 
 
@@ -384,7 +388,7 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
         runnable = [c for c in runnable if c.id in ALWAYS_CHECKS or c.source in BMC_SOURCES]
     findings = run_checks(runnable, facts, profile)
     if config.waivers_file is not None:
-        findings = apply_waivers(findings, load_waivers(config.waivers_file),
+        findings = apply_waivers(findings, load_waivers(config.waivers_file, (c.id for c in all_checks())),
                                  request.today or dt.date.today())
     return Report(
         node=_node_info(host, node),

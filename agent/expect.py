@@ -101,6 +101,56 @@ class Verdict(NamedTuple):
     comparable: bool = True  # False: the values could not be compared at all
 
 
+# --- fixed-width hardware counters -------------------------------------------------------------
+# A counter field stops at its maximum (IB PMA PortCounters saturate; NVML reports a field of its
+# declared width), so a reading at the maximum says only that the true count is at least that.
+COUNTER_MAXIMA = {bits: (1 << bits) - 1 for bits in (4, 8, 16, 32, 64)}
+
+
+class AtLeast(NamedTuple):
+    """A lower bound instead of a value: a counter at its field's maximum, or a total or rate made from one."""
+
+    value: int | float
+    why: str  # "link_downed is at its 8-bit maximum 255"
+
+
+def saturated(value: Any, bits: int | None, name: str) -> Any:
+    """`value`, or AtLeast(value) when it sits at the maximum of its `bits`-wide field."""
+    if bits is None or isinstance(value, bool) or not isinstance(value, int):
+        return value
+    if value >= COUNTER_MAXIMA.get(bits, (1 << bits) - 1):
+        return AtLeast(value, f"{name} is at its {bits}-bit maximum {value}: it saturated")
+    return value
+
+
+def counter_total(parts: list[Any]) -> Any:
+    """The sum of counter readings: AtLeast when any part is one; the first non-number as is."""
+    for part in parts:
+        if not isinstance(part, (int, float, AtLeast)) or isinstance(part, bool):
+            return part
+    total = sum(p.value if isinstance(p, AtLeast) else p for p in parts)
+    bounds = [p.why for p in parts if isinstance(p, AtLeast)]
+    return AtLeast(total, "; ".join(bounds)) if bounds else total
+
+
+def _at_least_verdict(op: str, bound: float, value: Any) -> bool | None:  # bound: exact int or float
+    """Whether `op value` holds for every number >= bound (True), for none (False), or it depends (None)."""
+    if op in ("min", "max", "equals"):
+        limit = _as_number(value)
+        if limit is None:
+            return None
+        if op == "min":
+            return True if bound >= limit else None
+        return False if bound > limit else None
+    if op == "range":
+        high = _as_number(value[1])
+        return None if high is None or bound <= high else False
+    if op == "one_of":
+        limits = [_as_number(v) for v in value]
+        return False if all(v is not None and bound > v for v in limits) else None
+    return None  # version comparators: a count is no version
+
+
 # A comparator value relative to what the device reports: "@slowdown_c - 10".
 REF_RE = re.compile(r"^@([a-z_][a-z0-9_]*)\s*(?:([-+*])\s*([0-9]+(?:\.[0-9]+)?))?$")
 
@@ -219,6 +269,17 @@ class Expectation:
             if not ok:
                 return Verdict(False, f"{observed} is not {self.describe()}")
         return Verdict(True, f"{observed} is {self.describe()}")
+
+    def evaluate_at_least(self, observed: AtLeast) -> Verdict:
+        """A lower bound against the comparators: fails when no count at or above it can pass, holds when
+        every one does, else not comparable (`unknown`: the limit is at or above what the counter can show)."""
+        outcomes = [_at_least_verdict(op, observed.value, value) for op, value in self.comparators]
+        if False in outcomes:
+            return Verdict(False, f"at least {observed.value}, not {self.describe()}")
+        if all(outcomes):
+            return Verdict(True, f"at least {observed.value}, {self.describe()}")
+        return Verdict(False, f"{observed.why}; whether it is {self.describe()} cannot be told "
+                              "(clear the counter and read it again)", comparable=False)
 
     def status_on_mismatch(self) -> Status:
         # An informational expectation never fails the audit; it warns.

@@ -176,7 +176,8 @@ class KmsgRecord(NamedTuple):
     message: str
     priority: int | None = None
     seq: int | None = None
-    ts_usec: int | None = None
+    ts_usec: int | None = None  # monotonic time since boot (/dev/kmsg, plain dmesg)
+    wall: str | None = None  # wall-clock stamp as printed (dmesg -T/--time-format=iso, journalctl); see kmsg.wall_time
 
 
 class NvSwitchError(NamedTuple):
@@ -426,6 +427,7 @@ class XidEvent(NamedTuple):
     xid: int
     message: str
     ts_usec: int | None = None
+    wall: str | None = None  # the record's wall-clock stamp, as printed
 
 
 # --- BMC (Redfish or IPMI) ---------------------------------------------------------------------
@@ -506,6 +508,13 @@ class FirmwareItem(NamedTuple):
     component_id: str = ""  # the inventory member id, e.g. "iDRAC", "BIOS", "PSU.Slot.1"
     updateable: bool | None = None
     where: str = ""
+    # What the item is, for comparing like with like (never the positional id): the inventory's
+    # Description (HPE puts the part family there: "MO006400KYDND", "PowerSupplies"), SoftwareId,
+    # and the Model of the hardware its RelatedItem links to, when that was read.
+    description: str | None = None
+    software_id: str | None = None
+    model: str | None = None
+    state: str | None = None  # Status.State: UnavailableOffline = the BMC could not read this image
 
     @property
     def stable_id(self) -> str:
@@ -526,6 +535,9 @@ class BmcLogEntry(NamedTuple):
     message: str
     created: str | None = None  # ISO timestamp as the BMC reports it
     message_id: str | None = None
+    # True: resolved (Redfish Resolved, HPE Oem.Hpe.Repaired, a later clearing entry, a deassertion);
+    # False: open whatever its age (Resolved false, Repaired false, an active-fault list); None: not said.
+    resolved: bool | None = None
 
 
 class BmcGpu(NamedTuple):

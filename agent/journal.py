@@ -1,12 +1,17 @@
-"""Remediation journal and lock, under --state-dir (default /var/lib/nodewarden).
+"""Remediation journal under --state-dir (default /var/lib/nodewarden), and the per-target lock.
 
-Layout: `lock` (flock: one remediate or rollback at a time) and
-`journal/RUN_ID/` holding `run.json` (what and where) and `entries.jsonl`,
-appended and fsync'ed before each step. An action's before-state — the
+Layout: `journal/RUN_ID/` holding `run.json` (what, where, and when it
+started) and `entries.jsonl`, appended and fsync'ed before each step. An action's before-state — the
 exact bytes of every path it will touch, plus the parsed value for kernel
 attributes — is durable before its first write, so a run killed at any
 point can be rolled back to exactly the prior state. A torn last line (a
 crash inside the journal write itself) is ignored: nothing was applied yet.
+
+Root restores what a journal says, so the state dir is trusted only when
+safe (`agent.fsutil.trusted_dir`: root's or ours, writable by nobody else, up
+to /), and is never chmod'ed. The lock belongs to the *target*, not to the
+state dir (`hold_lock`; agent.remediate picks the path): two runs with
+different --state-dir on one node must not interleave.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import NodewardenError
-from remediations._target import fsync_dir
+from agent.fsutil import fsync_dir, open_dir_nofollow, open_lock_file, replace_file, trusted_dir
 
 DEFAULT_STATE_DIR = Path("/var/lib/nodewarden")
 _RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
@@ -55,77 +60,113 @@ def unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
+@contextmanager
+def hold_lock(path: Path, *, target: str, directory: bool = False) -> Iterator[None]:
+    """flock `path` (a lock file, or with `directory` the folder itself) for one remediate or rollback.
+
+    Opened with O_NOFOLLOW|O_CLOEXEC; a file lock records the holder's pid.
+    """
+    fd = open_dir_nofollow(path) if directory else open_lock_file(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = "" if directory else os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise LockHeld(f"another nodewarden remediate or rollback is running on {target}"
+                           + (f" (pid {holder})" if holder else "") + "; try again when it has finished",
+                           path=str(path)) from None
+        if not directory:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _recorded_at(run_id: str, meta: dict[str, Any]) -> dt.datetime:
+    """When a run started, as its run.json recorded it (older journals: the time in the run id)."""
+    text = meta.get("started_at")
+    if isinstance(text, str):
+        try:
+            stamp = dt.datetime.fromisoformat(text)
+            return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            pass
+    return dt.datetime.strptime(run_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+
+
 class StateDir:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.journal = path / "journal"
 
     def ensure(self) -> None:
-        # The journal holds file contents from /etc: owner only.
-        self.journal.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.path, 0o700)
+        """Check the state dir (and every parent) is safe; create it and journal/ (0700) if missing.
 
-    @contextmanager
-    def lock(self) -> Iterator[None]:
-        self.ensure()
-        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        The journal holds file contents from /etc: owner only. An existing folder is used as it
+        is or refused (exit 2 naming it), never chmod'ed.
+        """
+        self.path = trusted_dir(self.path, create=True)
+        self.journal = trusted_dir(self.path / "journal", create=True)
+
+    def _checked(self) -> bool:
+        """Check an existing state dir before reading it; False when there is none."""
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                raise LockHeld(f"another nodewarden remediate or rollback is running (pid {holder}); "
-                               "try again when it has finished", path=str(self.path / "lock")) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            yield
-        finally:
-            os.close(fd)  # closing releases the flock
+            self.path = trusted_dir(self.path)
+            self.journal = trusted_dir(self.path / "journal")
+        except FileNotFoundError:
+            return False
+        return True
 
     def runs(self) -> list[str]:
-        if not self.journal.is_dir():
+        if not self._checked():
             return []
         return sorted(p.name for p in self.journal.iterdir() if _RUN_ID_RE.match(p.name))
 
     def open_run(self, run_id: str) -> RunJournal:
         if not _RUN_ID_RE.match(run_id):
             raise JournalError(f"not a run id: {run_id!r} (expected e.g. 20261129T180512Z-3f9a0c)")
+        if not self._checked():
+            raise JournalError(f"no remediation run {run_id} in {self.journal}")
         path = self.journal / run_id
         if not (path / "run.json").is_file():
             raise JournalError(f"no remediation run {run_id} in {self.journal}")
+        trusted_dir(path, what="run journal")
         return RunJournal(path)
 
     def last_run(self, target: str) -> RunJournal:
-        """The newest run that changed something on `target`."""
-        for run_id in reversed(self.runs()):
+        """The newest run that changed something on `target`, by the start time its run.json recorded.
+
+        Not by the largest run id: ids of one second differ only in their random suffix.
+        """
+        candidates: list[tuple[dt.datetime, str, RunJournal]] = []
+        for run_id in self.runs():
             run = RunJournal(self.journal / run_id)
             try:
                 meta = run.meta()
-            except JournalError:
+                if meta.get("target") == target and run.before_states():
+                    candidates.append((_recorded_at(run_id, meta), run_id, run))
+            except (JournalError, ValueError):
                 continue
-            if meta.get("target") == target and run.before_states():
-                return run
-        raise JournalError(f"no remediation run with changes on {target} in {self.journal}")
+        if not candidates:
+            raise JournalError(f"no remediation run with changes on {target} in {self.journal}")
+        newest = max(candidates, key=lambda c: (c[0], c[1]))[2]
+        trusted_dir(newest.path, what="run journal")
+        return newest
 
     def create_run(self, run_id: str, meta: dict[str, Any]) -> RunJournal:
         self.ensure()
         path = self.journal / run_id
         path.mkdir(mode=0o700)
         run = RunJournal(path)
-        _write_json_durable(path / "run.json", {"run_id": run_id, **meta})
+        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+        _write_json_durable(path / "run.json", {"run_id": run_id, "started_at": started, **meta})
         _fsync_dir(self.journal)
         return run
 
 
 def _write_json_durable(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    replace_file(path, json.dumps(data, indent=1, sort_keys=True), 0o600)
 
 
 class RunJournal:
@@ -145,7 +186,8 @@ class RunJournal:
 
     def append(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry, sort_keys=True) + "\n"
-        fd = os.open(self.entries_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.entries_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         try:
             os.write(fd, line.encode())
             os.fsync(fd)

@@ -285,9 +285,46 @@ class _ProcessMetrics:
         return packed if compressed else plain
 
 
+MAX_CONNECTIONS = 32  # served at once; a few Prometheus servers and curl need a handful
+FIRST_REQUEST_TIMEOUT_S = 2.0  # from connect to a complete first request (TLS handshake included)
+IDLE_TIMEOUT_S = 10.0  # between requests on a keep-alive connection
+
+
 class _Server(ThreadingHTTPServer):
+    """One thread per connection, but never more than MAX_CONNECTIONS: 200 half-open sockets from a
+    scanner or a misbehaving client must not become 200 threads. Over the cap a connection is closed
+    at once; the cap's slots come back as handlers finish or time out (IDLE_TIMEOUT_S)."""
+
     daemon_threads = True
     request_queue_size = 128  # 20 scrapers connecting at once must not overflow the backlog (default 5)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.tls: ssl.SSLContext | None = None
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            if self.tls is not None:
+                # The handshake runs here, bounded, not in accept(): a client that connects and
+                # never says hello would otherwise stall the accept loop for every scraper.
+                request.settimeout(FIRST_REQUEST_TIMEOUT_S)
+                request = self.tls.wrap_socket(request, server_side=True)
+            super().process_request_thread(request, client_address)
+        except (OSError, ssl.SSLError):
+            self.shutdown_request(request)
+        finally:
+            self.slots.release()
 
 
 class MetricsServer:
@@ -307,7 +344,7 @@ class MetricsServer:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key) if settings.tls_key else None)
-            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+            self._httpd.tls = context  # wrapped per connection, in its handler thread
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="metrics-http", daemon=True)
 
@@ -345,6 +382,14 @@ class MetricsServer:
             server_version = "nodewarden"
             sys_version = ""
             protocol_version = "HTTP/1.1"  # keep-alive for Prometheus' persistent connections
+            timeout = FIRST_REQUEST_TIMEOUT_S  # a silent or trickling client frees its slot quickly
+
+            def handle(self) -> None:
+                self.close_connection = True
+                self.handle_one_request()
+                self.connection.settimeout(IDLE_TIMEOUT_S)  # Prometheus keeps its connection between scrapes
+                while not self.close_connection:
+                    self.handle_one_request()
 
             def setup(self) -> None:
                 super().setup()

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from agent.errors import ProfileError
 from agent.expect import COMPARATORS, Expectation
+from agent.sanitise import is_clean
 from agent.schema import Validator, validate_document
 from agent.yamlfile import LineMap, PathKey, load_yaml_file
 
@@ -283,9 +284,28 @@ def _compile_expectations(profile: Profile, node: Mapping[str, Any], path: PathK
             if rng is not None and rng[0] > rng[1]:
                 raise ProfileError(f"expect.{'.'.join(map(str, sub))}: range low {rng[0]} > high {rng[1]}",
                                    path=file, line=line)
+            _refuse_control_characters(profile, sub, value)
             profile._compiled[sub] = Expectation.from_mapping(value)
         else:
             _compile_expectations(profile, value, sub)
+
+
+def _refuse_control_characters(profile: Profile, path: PathKey, expectation: Mapping[str, Any]) -> None:
+    """Values (and keys) that remediation may write into sysctl.d, boot.conf or a BIOS PATCH are one
+    line of printable text: a newline would add a line of the attacker's choosing to a root-owned file."""
+    where = f"expect.{'.'.join(map(str, path))}"
+    for part in path:
+        if isinstance(part, str) and not is_clean(part):
+            file, line = profile.origins.get(path, ("?", None))
+            raise ProfileError(f"{where}: a key with a control character or line break", path=file, line=line)
+    for comparator in COMPARATORS:
+        values = expectation.get(comparator)
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str) and not is_clean(value):
+                file, line = profile.origins.get((*path, comparator), profile.origins.get(path, ("?", None)))
+                raise ProfileError(f"{where}.{comparator}: {value!r} holds a control character or line break "
+                                   "(values nodewarden may write to config files are one line of text)",
+                                   path=file, line=line)
 
 
 # --- public entry points -----------------------------------------------------------------------

@@ -7,6 +7,13 @@ profile's expectation is evaluated again. Only a verified action counts as
 fixed. `rollback` restores the journal's before-states in reverse order, so
 a run killed at any point — before the journal entry, after it, or between
 two writes of one action — returns to exactly the prior state.
+
+One remediate or rollback at a time per *target*: the live node's lock is
+/run/nodewarden/remediate.lock, a snapshot's is the flock of the snapshot
+folder itself (the recorded tree stays byte-identical), whatever --state-dir
+each run uses. Rollback first checks every journaled path against the
+paths its actuator declares (`remediations.actuator(writes=...)`) and
+refuses the whole run (exit 2) if one is foreign.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import dataclasses
 import fnmatch
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +31,8 @@ from typing import Any
 from agent.engine import AuditRequest, Report, open_node, run_audit
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import NodeFacts
-from agent.journal import RunJournal, StateDir, b64, new_run_id, unb64
+from agent.fsutil import trusted_dir
+from agent.journal import JournalError, RunJournal, StateDir, b64, hold_lock, new_run_id, unb64
 from agent.model import Status
 from agent.profiles import ProfileStore
 from agent.sources.redfish import RedfishError
@@ -38,6 +48,7 @@ from remediations import (
     NvmlSet,
     Outcome,
     RedfishPatch,
+    may_write,
     planners,
 )
 from remediations._target import LiveTarget, SnapshotTarget
@@ -59,16 +70,18 @@ def failpoint(name: str) -> None:
     """SIGKILL this process at a named point when NODEWARDEN_FAILPOINTS asks for it.
 
     Used by the crash-consistency tests: "mid-action" crashes at the first
-    hit, "mid-action@2" at the second. Unset in production, it costs a dict lookup.
+    hit, "mid-action@2" at the second; "after-journal:stop" SIGSTOPs instead
+    (the lock tests hold a run mid-way). Unset in production, it costs a dict lookup.
     """
     wanted = os.environ.get("NODEWARDEN_FAILPOINTS")
     if not wanted:
         return
     _FAILPOINT_HITS[name] = hits = _FAILPOINT_HITS.get(name, 0) + 1
-    for point in wanted.split(","):
+    for spec in wanted.split(","):
+        point, _, how = spec.partition(":")
         point_name, _, nth = point.partition("@")
         if point_name == name and hits == (int(nth) if nth.isdigit() else 1):
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
 
 
 @dataclass
@@ -140,6 +153,34 @@ def open_target(request: AuditRequest, writable: bool) -> HostTarget:
             raise ConfigError("the snapshot holds no host data (fs/) to remediate", path=str(node.snapshot.path))
         return SnapshotTarget(node.snapshot.path, writable=writable)
     return LiveTarget("/", bmc_options=request.bmc if request.bmc.url else None)
+
+
+LIVE_LOCK_DIR = Path("/run/nodewarden")
+
+
+def _live_lock_dir() -> Path:
+    """/run/nodewarden for root; any other user (a BMC-only run) locks in its own runtime folder."""
+    if os.geteuid() == 0:
+        return trusted_dir(LIVE_LOCK_DIR, create=True, what="lock folder")
+    import tempfile
+
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(runtime) / "nodewarden" if runtime else Path(tempfile.gettempdir()) / f"nodewarden-{os.geteuid()}"
+    return trusted_dir(folder, create=True, what="lock folder")
+
+
+@contextmanager
+def target_lock(target: HostTarget) -> Iterator[None]:
+    """Hold the target's lock: one remediate or rollback per node, whatever --state-dir each uses."""
+    if isinstance(target, SnapshotTarget):
+        with hold_lock(target.path, target=target.description, directory=True):
+            yield
+    elif isinstance(target, LiveTarget) and target.root != "/":
+        with hold_lock(Path(target.root).resolve(), target=target.description, directory=True):
+            yield
+    else:
+        with hold_lock(_live_lock_dir() / "remediate.lock", target=target.description):
+            yield
 
 
 def _remediable_check_ids() -> tuple[str, ...]:
@@ -324,6 +365,11 @@ def apply(request: RemediationRequest, target: HostTarget, actions: list[Action]
     for action in actions:
         if action.outcome is not Outcome.PLANNED:
             continue
+        undeclared = [c.path for c in action.changes if not may_write(action.actuator, c.path)]
+        if undeclared:  # an actuator bug: rollback would refuse this journal entry, so never write it
+            action.outcome, action.error = Outcome.FAILED, (
+                f"actuator {action.actuator} does not declare {', '.join(undeclared)} among the paths it writes")
+            continue
         try:
             states = [_before_state(target, c) for c in action.changes]
         except (OSError, ValueError) as exc:
@@ -365,7 +411,8 @@ def _remediate(request: RemediationRequest, target: HostTarget, store: ProfileSt
     if not request.apply:
         report, actions = plan(request, target, store)
         return RemediationResult("plan", target.description, report.profile, actions)
-    with state.lock():
+    state.ensure()  # a state dir others could write is refused (exit 2) before anything else
+    with target_lock(target):
         # Plan under the lock: a concurrent run could otherwise change what we read.
         report, actions = plan(request, target, store)
         result = RemediationResult("apply", target.description, report.profile, actions)
@@ -434,6 +481,48 @@ def _restore(target: HostTarget, state: dict[str, Any]) -> None:
             target.remove_empty_dir(str(directory))
 
 
+def _check_restorable(run: RunJournal) -> None:
+    """Refuse (exit 2) a journal naming anything its actuator could not have written, before restoring any."""
+    for entry in run.before_states():
+        action = entry.get("action")
+        name = action.partition(":")[0] if isinstance(action, str) else ""
+        states = entry.get("states")
+        if not isinstance(states, list):
+            raise JournalError(f"run {run.run_id}: entry of {action!r} has no list of states",
+                               path=str(run.entries_path))
+        for state in states:
+            problem = _foreign(name, state)
+            if problem:
+                raise JournalError(f"run {run.run_id} is refused: {problem}; nothing was restored. nodewarden "
+                                   "restores only paths its actuators write (was the journal edited?)",
+                                   path=str(run.entries_path))
+
+
+def _foreign(actuator: str, state: Any) -> str | None:
+    if not isinstance(state, dict) or not isinstance(state.get("path"), str):
+        return f"{actuator or 'an entry'}: a state without a path"
+    path, kind = state["path"], state.get("kind")
+    if not may_write(actuator, path):
+        return f"{path} is not a path actuator {actuator or '(none)'} writes"
+    if kind == "nvml":
+        index, setter = state.get("index"), state.get("setter")
+        if not isinstance(index, int) or isinstance(index, bool) or path != f"nvml:gpu{index}:{setter}":
+            return f"{path}: GPU index or setter do not match the path"
+    elif kind == "redfish":
+        if path != f"redfish:{state.get('settings_path')}" or not isinstance(state.get("values"), dict):
+            return f"{path}: settings path or values do not match the path"
+    elif kind in ("attr", "bytes", "file"):
+        if path.startswith(("nvml:", "redfish:")):
+            return f"{path}: not a file path"
+        created = state.get("created_dirs", [])
+        if not isinstance(created, list) or not all(
+                isinstance(d, str) and d != "/" and path.startswith(d.rstrip("/") + "/") for d in created):
+            return f"{path}: created folders outside its own path"
+    else:
+        return f"{path}: unknown kind of state {kind!r}"
+    return None
+
+
 def rollback(audit: AuditRequest, state_dir: Path, run_id: str | None) -> RollbackResult:
     target = open_target(audit, writable=True)
     try:
@@ -443,7 +532,7 @@ def rollback(audit: AuditRequest, state_dir: Path, run_id: str | None) -> Rollba
 
 
 def _rollback(target: HostTarget, state: StateDir, run_id: str | None) -> RollbackResult:
-    with state.lock():
+    with target_lock(target):
         run = state.open_run(run_id) if run_id else state.last_run(target.description)
         meta = run.meta()
         if meta.get("target") != target.description:
@@ -451,6 +540,7 @@ def _rollback(target: HostTarget, state: StateDir, run_id: str | None) -> Rollba
                                    "pass the same source options as to remediate")
         if run.rolled_back() is not None:
             return RollbackResult(run.run_id, target.description, [], already=True)
+        _check_restorable(run)
         restored: list[str] = []
         for entry in reversed(run.before_states()):
             for item in reversed(entry["states"]):

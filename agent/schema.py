@@ -6,6 +6,11 @@ SUPPORTED. The test suite checks that `jsonschema` agrees with this code on
 every shipped profile and on a set of broken ones, and this validator refuses
 a schema that uses any keyword it does not implement, so the two cannot drift
 apart silently.
+
+Patterns follow ECMA-262, JSON Schema's regex dialect, where `$` matches only
+at the very end: Python's `$` also matches before a final newline, so
+`^[a-z.]+$` would pass "vm.swappiness" plus a newline (jsonschema, on Python's
+`re`, has that hole; we close it by compiling `$` as end-of-text, `\\Z`).
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ class Validator:
     def _pattern(self, text: str) -> re.Pattern[str]:
         pat = self._patterns.get(text)
         if pat is None:
-            pat = self._patterns[text] = re.compile(text)
+            pat = self._patterns[text] = re.compile(ecma_anchors(text))
         return pat
 
     def _ref(self, ref: str) -> Mapping[str, Any]:
@@ -222,6 +227,28 @@ class Validator:
         if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
             errors.append(SchemaError(path, f"must be > {schema['exclusiveMinimum']}"))
         return errors
+
+
+def ecma_anchors(pattern: str) -> str:
+    """`pattern` with each `$` outside a character class made end-of-text only (`\\Z`), as in ECMA-262."""
+    out: list[str] = []
+    in_class = False
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            out.append(pattern[index:index + 2])
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            char = r"\Z"
+        out.append(char)
+        index += 1
+    return "".join(out)
 
 
 def _is_type(value: Any, name: str) -> bool:

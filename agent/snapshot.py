@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from agent.sources.host import read_host_facts
 from agent.sources.kmsg import KMSG_DEVICE, read_live_kmsg
 from agent.yamlfile import load_yaml_file
 
+log = logging.getLogger("nodewarden.snapshot")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 # Read on capture besides the profiles' own keys: what support engineers ask for.
@@ -76,10 +79,36 @@ def simulated_path(name: str) -> Path:
     return path
 
 
+# What a snapshot holds at its top: each must be itself, never a symlink out of the folder.
+_RECORDED = ("meta.yaml", "fs", "fs_links.json", "fs_errors.json", "kmsg.txt", "nvml.json", "ipmi.json", "redfish")
+_DIR_ENTRIES = ("fs", "redfish")
+META_MAX_BYTES = 1 << 20  # meta.yaml holds a few lines
+
+
+def _check_recorded_entries(path: Path) -> None:
+    """A snapshot is untrusted input: its recorded files are its own regular files and folders."""
+    for name in _RECORDED:
+        try:
+            info = os.lstat(path / name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise SnapshotError(f"unreadable: {exc.strerror}", path=str(path / name)) from None
+        want_dir = name in _DIR_ENTRIES
+        if stat.S_ISLNK(info.st_mode):
+            raise SnapshotError("a symlink: refused (a snapshot is read only inside its folder)", path=str(path / name))
+        if not (stat.S_ISDIR(info.st_mode) if want_dir else stat.S_ISREG(info.st_mode)):
+            raise SnapshotError(f"not a {'folder' if want_dir else 'regular file'}: refused", path=str(path / name))
+        if name == "meta.yaml" and info.st_size > META_MAX_BYTES:
+            raise SnapshotError(f"{info.st_size} bytes: larger than the {META_MAX_BYTES} bytes meta.yaml may hold",
+                                path=str(path / name))
+
+
 def open_snapshot(path: Path) -> Snapshot:
     if not path.is_dir():
         raise SnapshotError("snapshot directory does not exist", path=str(path))
     meta_path = path / "meta.yaml"
+    _check_recorded_entries(path)
     if not meta_path.is_file():
         raise SnapshotError("not a snapshot: meta.yaml is missing", path=str(path))
     meta, lines = load_yaml_file(meta_path, SnapshotError)
@@ -99,18 +128,19 @@ def open_snapshot(path: Path) -> Snapshot:
 
 
 def _prepare_out(out: Path) -> Path:
-    import tempfile  # capture-only imports stay off the audit path
+    """A private (0700) temporary sibling of `out` to fill; its folder must exist (exit 2 otherwise)."""
+    from agent.fsutil import new_output_dir  # capture-only imports stay off the audit path
+
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SnapshotError("output exists and is not an empty directory; refusing to overwrite",
                             path=str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    return new_output_dir(out)
 
 
 def _finish(tmp: Path, out: Path) -> None:
-    if out.exists():
-        out.rmdir()  # empty, checked above
-    os.replace(tmp, out)
+    from agent.fsutil import publish_dir
+
+    publish_dir(tmp, out)  # one rename, also over the empty folder checked above
 
 
 def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> None:
@@ -155,7 +185,7 @@ def _capture_bmc(tmp: Path, options: Any) -> tuple[list[str], list[str]]:
         def make() -> redfish.RecordingRedfish:
             recorders.append(redfish.RecordingRedfish(redfish.LiveRedfish(
                 options.url, options.user or "", password, ca_file=options.ca_file, insecure=options.insecure,
-                timeout_s=options.timeout_s)))
+                timeout_s=options.timeout_s, concurrency=options.concurrency, deadline_s=options.deadline_s)))
             return recorders[-1]
 
         _facts, status, _transport = redfish.read_redfish(make, concurrency=options.concurrency,
@@ -230,14 +260,77 @@ def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
 
 
 def copy_snapshot(source: Snapshot, out: Path) -> list[str]:
-    """A writable copy of a recorded (or simulated) node, e.g. to practise on."""
+    """A writable copy of a recorded (or simulated) node, e.g. to practise on.
+
+    Only the snapshot's own regular files and folders are copied, never through a
+    link: a symlink (which could point anywhere on this machine), FIFO, socket or
+    device in it is left out, with a warning naming it.
+    """
     import shutil
     tmp = _prepare_out(out)
     try:
-        shutil.rmtree(tmp)
-        shutil.copytree(source.path, tmp, symlinks=False)
+        left_out: list[str] = []
+        root = os.open(source.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _copy_inside(root, tmp, "", left_out)
+        finally:
+            os.close(root)
+        for entry in left_out[:_LEFT_OUT_SHOWN]:
+            log.warning("snapshot copy: not copied: %s", entry)
+        if len(left_out) > _LEFT_OUT_SHOWN:
+            log.warning("snapshot copy: %d more entries not copied", len(left_out) - _LEFT_OUT_SHOWN)
         _finish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return source.captured
+
+
+_COPY_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_COPY_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_COPY_MAX_DEPTH = 64  # /sys nests ~15 deep; deeper is not a recording
+_LEFT_OUT_SHOWN = 20
+
+
+def _copy_inside(src_fd: int, dst: Path, rel: str, left_out: list[str]) -> None:
+    """Copy the folder open at `src_fd` into the existing folder `dst`, entry by entry with O_NOFOLLOW."""
+    for name in sorted(os.listdir(src_fd)):
+        shown = rel + name
+        info = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+        mode = stat.S_IMODE(info.st_mode) & 0o777
+        if stat.S_ISDIR(info.st_mode):
+            if rel.count("/") >= _COPY_MAX_DEPTH:
+                left_out.append(f"{shown}/ (nested deeper than {_COPY_MAX_DEPTH} folders)")
+                continue
+            sub = os.open(name, _COPY_DIR_FLAGS, dir_fd=src_fd)
+            try:
+                os.mkdir(dst / name, 0o700)
+                _copy_inside(sub, dst / name, shown + "/", left_out)
+            finally:
+                os.close(sub)
+            os.chmod(dst / name, mode | 0o700)  # a copy to practise on stays writable
+        elif stat.S_ISREG(info.st_mode):
+            _copy_file(src_fd, name, dst / name, mode | 0o600, info)
+        else:
+            kind = ("a symlink" if stat.S_ISLNK(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                    else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device")
+            left_out.append(f"{shown} ({kind})")
+
+
+def _copy_file(src_fd: int, name: str, dst: Path, mode: int, info: os.stat_result) -> None:
+    fd = os.open(name, _COPY_FILE_FLAGS, dir_fd=src_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the check: not ours to copy
+            raise SnapshotError("changed while being copied; refused", path=str(dst))
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+            os.fchmod(out, mode)
+            os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,16 @@ WAIVER_SCHEMA: dict[str, Any] = {
 }
 
 
-def load_waivers(path: Path) -> list[Waiver]:
+def matches_every_check(glob: str, known_checks: Iterable[str]) -> bool:
+    """A glob no check can escape (`*`, `*.*`, `?*`): silencing criticals needs a named check or area."""
+    known = list(known_checks)
+    sentinels = ("x", "zz.zz", "zz.zz.zz.zz")  # ids of no real check, of every shape
+    return all(fnmatch.fnmatchcase(s, glob) for s in sentinels) or bool(known) and all(
+        fnmatch.fnmatchcase(check, glob) for check in known)
+
+
+def load_waivers(path: Path, known_checks: Iterable[str] = ()) -> list[Waiver]:
+    known = tuple(known_checks)
     data, lines = load_yaml_file(path, ConfigError)
     if data is None:
         return []
@@ -49,6 +59,9 @@ def load_waivers(path: Path) -> list[Waiver]:
     waivers = []
     for index, item in enumerate(data.get("waivers") or []):
         line = lines.line_for(("waivers", index))
+        if matches_every_check(item["check"], known):
+            raise ConfigError(f"waivers[{index}].check: {item['check']!r} matches every check; a waiver must "
+                              "name a check or an area (e.g. 'gpu.ecc.mode', 'bmc.*')", path=str(path), line=line)
         try:
             dt.date.fromisoformat(item["expires"])
         except ValueError:

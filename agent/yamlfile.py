@@ -12,6 +12,13 @@ rest of a simulated audit's profile handling). The cache lives in a folder
 only the current user can write, and entries that are not owned by that user
 or are writable by others are ignored: a cache must never become a way to
 inject profile content. NODEWARDEN_NO_CACHE=1 turns it off.
+
+Files are hostile input too (a site folder, a copied snapshot), so parsing is
+bounded: at most MAX_BYTES per file, nesting at most MAX_DEPTH deep, and no
+aliases (`*name`): an alias makes PyYAML share one node, and building plain
+values from shared nodes is where a "billion laughs" file expands to 10^9
+values. No shipped file uses anchors; a file that does is refused with the
+alias's line, like every other error.
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ from typing import Any
 
 from agent import __version__
 from agent.errors import NodewardenError
+from agent.jsonfile import load_json_file, read_bounded
 
 PathKey = tuple[str | int, ...]
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _CACHE_FORMAT = 1
+MAX_BYTES = 1 << 20  # profiles are ~10 KB; 1 MiB holds thousands of waivers (and composes in ~1 s)
+MAX_DEPTH = 64  # profiles nest ~6 deep; libyaml itself stops at 1000, our builder recurses
 
 
 class LineMap(dict[PathKey, int]):
@@ -49,6 +59,8 @@ def _build(node: Any, path: PathKey, lines: LineMap, error: type[NodewardenError
     import yaml
 
     lines[path] = node.start_mark.line + 1
+    if len(path) >= MAX_DEPTH and not isinstance(node, yaml.ScalarNode):
+        raise error(f"nested deeper than {MAX_DEPTH} levels", path=source, line=node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -78,7 +90,11 @@ def parse_yaml(text: str, source: str, error: type[NodewardenError] = Nodewarden
         loader = yaml.SafeLoader
     lines = LineMap()
     try:
+        if "&" in text and "*" in text:  # an alias needs an anchor: only then look for one
+            _refuse_aliases(text, loader, source, error)
         node = yaml.compose(text, Loader=loader)
+    except RecursionError:  # the pure-Python composer recurses (libyaml stops at 1000 levels)
+        raise error(f"nested deeper than {MAX_DEPTH} levels", path=source) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
@@ -97,13 +113,31 @@ def parse_yaml(text: str, source: str, error: type[NodewardenError] = Nodewarden
         mark = exc.problem_mark
         raise error(f"invalid YAML value: {exc.problem}", path=source,
                     line=(mark.line + 1) if mark else None) from None
+    except (ValueError, OverflowError) as exc:  # a tagged value that does not convert, an int of 5,000 digits
+        raise error(f"invalid YAML value: {str(exc)[:120]}", path=source,
+                    line=_line_of_last(lines)) from None
+
+
+def _refuse_aliases(text: str, loader: Any, source: str, error: type[NodewardenError]) -> None:
+    import yaml
+
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise error(f"YAML aliases (*{event.anchor}) and merge keys are not allowed: write the value out",
+                        path=source, line=event.start_mark.line + 1 if event.start_mark else None)
+
+
+def _line_of_last(lines: LineMap) -> int | None:
+    return max(lines.values()) if lines else None
 
 
 def load_yaml_file(path: Path, error: type[NodewardenError] = NodewardenError) -> tuple[Any, LineMap]:
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_BYTES)  # non-blocking: a FIFO named *.yaml must not hang
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror}", path=str(path)) from None
+    if len(data) > MAX_BYTES:
+        raise error(f"larger than {MAX_BYTES >> 20} MiB: not a file nodewarden reads", path=str(path))
     digest = hashlib.sha256(data).hexdigest()
     cached = _cache_get(digest)
     if cached is not None:
@@ -155,7 +189,7 @@ def _cache_get(digest: str) -> tuple[Any, LineMap] | None:
     try:
         if not (_safe(entry.stat()) and _safe(entry.parent.stat())):
             return None
-        doc = json.loads(entry.read_text(encoding="utf-8"))
+        doc = load_json_file(entry, max_bytes=16 * MAX_BYTES, max_depth=MAX_DEPTH + 4)
         lines = LineMap({tuple(key): int(line) for key, line in doc["lines"]})
         return doc["value"], lines
     except (OSError, ValueError, KeyError, TypeError):
@@ -166,22 +200,14 @@ def _cache_put(digest: str, value: Any, lines: LineMap) -> None:
     entry = _cache_file(digest)
     if entry is None:
         return
-    import tempfile  # only when writing an entry
+    from agent.fsutil import replace_file  # only when writing an entry
 
     try:
         text = json.dumps({"value": value, "lines": [[list(k), v] for k, v in lines.items()]})
     except (TypeError, ValueError):
         return  # a value JSON cannot hold (e.g. !!binary): just do not cache it
-    with contextlib.suppress(OSError):  # a read-only home or a sandbox: no cache, no problem
+    with contextlib.suppress(OSError, NodewardenError):  # a read-only home or a sandbox: no cache, no problem
         entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _safe(entry.parent.stat()):
             return
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, entry)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        replace_file(entry, text, 0o600)  # the one atomic writer: owner-only, fchmod on the descriptor

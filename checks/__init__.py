@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.expect import Expectation
+from agent.expect import AtLeast, Expectation, saturated
 from agent.facts import NodeFacts
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
@@ -64,12 +64,15 @@ class Check:
         )
 
     def compare(self, subject: str, expectation: Expectation, observed: Any, what: str,
-                refs: Mapping[str, Any] | None = None) -> Finding:
+                refs: Mapping[str, Any] | None = None, bits: int | None = None) -> Finding:
         """The common case: one observed value against one expectation.
 
         `refs` resolves relative expectations such as `max: "@slowdown_c - 10"`
-        against what the device itself reports.
+        against what the device itself reports. `bits`: the observed value is a
+        counter of that width; at its maximum it is only a lower bound (`AtLeast`),
+        which fails a limit below it and is `unknown` against a limit at or above it.
         """
+        observed = saturated(observed, bits, "the counter")
         if isinstance(observed, Unknown):
             return self.missing(subject, expectation, observed, what)
         for name in expectation.references():
@@ -80,6 +83,8 @@ class Check:
         if isinstance(resolved, str):
             return self.unknown(subject, expectation, f"{what} is {observed}, but {resolved}")
         expectation = resolved
+        if isinstance(observed, AtLeast):
+            return self._compare_at_least(subject, expectation, observed, what)
         verdict = expectation.evaluate(observed)
         if not verdict.comparable:
             return self.finding(subject, Status.UNKNOWN, expectation.severity, f"{what}: {verdict.detail}",
@@ -91,6 +96,17 @@ class Check:
         return self.finding(subject, expectation.status_on_mismatch(), expectation.severity,
                             f"{what} is {observed}, expected {expectation.describe()}",
                             observed=observed, expected=expectation.expected, reason=expectation.reason)
+
+    def _compare_at_least(self, subject: str, expectation: Expectation, observed: AtLeast, what: str) -> Finding:
+        verdict = expectation.evaluate_at_least(observed)
+        if not verdict.comparable:
+            return self.finding(subject, Status.UNKNOWN, expectation.severity, f"{what}: {verdict.detail}",
+                                observed=observed.value, expected=expectation.expected, reason=expectation.reason)
+        status = Status.PASS if verdict.ok else expectation.status_on_mismatch()
+        tail = "" if verdict.ok else f", expected {expectation.describe()}"
+        return self.finding(subject, status, expectation.severity,
+                            f"{what} is at least {observed.value} ({observed.why}){tail}",
+                            observed=observed.value, expected=expectation.expected, reason=expectation.reason)
 
     def missing(self, subject: str, expectation: Expectation | None, value: Unknown, what: str) -> Finding:
         """A fact that could not be judged: `skip` if not supported/recorded, else `unknown`."""

@@ -11,6 +11,16 @@ from agent.model import Finding, Unknown, Unsupported
 from checks import Check
 
 
+# Widths of the NVML counters (nvml.h): ECC and NVLink error counts are unsigned long long; retired pages
+# (nvmlDeviceGetRetiredPages), remapped rows (nvmlDeviceGetRemappedRows) and the PCIe replay counter
+# (nvmlDeviceGetPcieReplayCounter) unsigned int. A reading at the maximum is a lower bound (agent.expect).
+ECC_BITS = 64
+NVLINK_BITS = 64
+RETIRED_BITS = 32
+REMAP_BITS = 32
+PCIE_REPLAY_BITS = 32
+
+
 def nvml_gpus(check: Check, facts: NodeFacts, expectation: Expectation | None) -> tuple[list[GpuFacts],
                                                                                         list[Finding]]:
     """The GPUs NVML could read, or the one finding that says why there are none.
@@ -43,12 +53,12 @@ def subject(gpu: GpuFacts) -> str:
 
 
 def per_gpu(check: Check, facts: NodeFacts, expectation: Expectation | None,
-            observe: Callable[[GpuFacts], Any], what: str) -> list[Finding]:
-    """One finding per readable GPU: `observe(gpu)` against the expectation."""
+            observe: Callable[[GpuFacts], Any], what: str, bits: int | None = None) -> list[Finding]:
+    """One finding per readable GPU: `observe(gpu)` against the expectation (a counter of `bits` if given)."""
     if expectation is None:
         return []
     gpus, findings = nvml_gpus(check, facts, expectation)
     for gpu in gpus:
         findings.append(check.compare(subject(gpu), expectation, observe(gpu), f"{gpu.label} {what}",
-                                      refs=gpu_refs(gpu)))
+                                      refs=gpu_refs(gpu), bits=bits))
     return findings

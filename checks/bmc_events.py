@@ -1,28 +1,28 @@
-"""bmc.events: warning and critical BMC log entries (SEL, IML, Event) within a window."""
+"""bmc.events: open warning and critical entries of the BMC's hardware event logs.
+
+An entry the BMC marks unresolved (Resolved false, HPE Repaired false, Dell FaultList, Lenovo
+ActiveLog) stays a finding whatever its age; a resolved one (or one a later entry cleared) is none;
+one the BMC says nothing about counts inside the window; an undated one is not recent. Which logs
+are hardware event logs is decided by the parser (agent.sources.redfish_logs).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import defaultdict
 
 from agent.facts import BmcLogEntry, NodeFacts
 from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
 from checks import Check
-from checks._bmc import bmc_facts, with_source
+from checks._bmc import bmc_facts, open_entries, with_source
 
 EVENTS = Check("bmc.events", "BMC log entries", source="bmc", action="check_bmc_events")
 _SEVERITY = {"Critical": Severity.CRITICAL, "Warning": Severity.WARNING}
-
-
-def _when(entry: BmcLogEntry) -> dt.datetime | None:
-    if not entry.created:
-        return None
-    try:
-        stamp = dt.datetime.fromisoformat(entry.created.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
+# An operator's action the BMC logs at a fault's severity: an HPE drive "status changed to Erasing"
+# (iLO IML 19.20, Event DrvArrPhysDrvErasing) is a secure erase someone started, not a drive failure.
+OPERATOR_ACTIONS = re.compile(r"status changed to (Erasing|Sanitizing)|DrvArrPhysDrvErasing|\bsanitiz", re.IGNORECASE)
 
 
 @EVENTS.evaluator
@@ -36,24 +36,48 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     assert isinstance(bmc.events, tuple)
     window = dt.timedelta(days=float(expectation.option("window_days", 7)))
     now = facts.observed_at or dt.datetime.now(dt.timezone.utc)
-    relevant = [e for e in bmc.events if e.severity in _SEVERITY]
-    recent = [e for e in relevant if (_when(e) is None or now - window <= _when(e) <= now + dt.timedelta(days=1))]  # type: ignore[operator]
-    grouped: dict[tuple[str, str], list[BmcLogEntry]] = defaultdict(list)
-    for entry in recent:
-        grouped[(entry.severity or "", entry.message)].append(entry)
+    counted, older, undated = open_entries(bmc.events, now, window)
+    # One finding per kind of event: a switch whose 40 ports flapped in one second is one event.
+    grouped: dict[tuple[str, str, str, bool], list[BmcLogEntry]] = defaultdict(list)
+    for entry in counted:
+        grouped[(entry.severity or "", entry.log, entry.message_id or entry.message,
+                 bool(OPERATOR_ACTIONS.search(entry.message)))].append(entry)
+    if undated:  # no usable date (IPMI "Pre-Init", 0000-00-00): not recent, and not to be hidden either
+        worst = min(undated, key=lambda e: (e.severity != "Critical", e.log))
+        findings.append(with_source(EVENTS.unknown(
+            "undated", expectation,
+            f"{len(undated)} warning or critical BMC log entr{'y has' if len(undated) == 1 else 'ies have'} no usable "
+            f"date, so whether they are recent is unknown; e.g. {worst.severity} {worst.log} entry "
+            f"{worst.message!r}"), facts))
     if not grouped:
-        older = len(relevant) - len(recent)
-        note = f" ({older} older ones outside the window)" if older else ""
-        return [with_source(EVENTS.finding("log", Status.PASS, expectation.severity,
-                                           f"no warning or critical BMC log entry in the last {window.days} days{note}",
-                                           observed=0, expected=expectation.expected), facts)]
-    for (severity, message), entries in sorted(grouped.items(), key=lambda kv: (kv[0][0] != "Critical", kv[0][1])):
+        resolved = sum(1 for e in bmc.events if e.resolved is True and e.severity in _SEVERITY)
+        notes = [f"{n} {what}" for n, what in ((older, "older ones outside the window"), (resolved, "resolved")) if n]
+        note = f" ({'; '.join(notes)})" if notes else ""
+        findings.append(with_source(EVENTS.finding("log", Status.PASS, expectation.severity,
+                                                   f"no open warning or critical BMC log entry in the last "
+                                                   f"{window.days} days{note}", observed=0,
+                                                   expected=expectation.expected), facts))
+        return findings
+    subjects: dict[str, int] = {}
+    for (severity, log, _kind, operator), entries in sorted(grouped.items(), key=lambda kv: (
+            kv[0][0] != "Critical", kv[0][1], kv[0][2], kv[0][3])):
         latest = max(entries, key=lambda e: e.created or "")
         times = f" x{len(entries)}" if len(entries) > 1 else ""
-        finding = EVENTS.compare(f"{latest.log}:{latest.message_id or latest.entry_id}", expectation, len(entries),
-                                 f"{severity} {latest.log} entry{times} {message!r} (last {latest.created or '?'})")
+        others = len({e.message for e in entries}) - 1
+        quoted = repr(latest.message) + (f" (and {others} more like it on other parts)" if others else "")
+        subject = f"{log}:{latest.message_id or latest.entry_id}"
+        subjects[subject] = subjects.get(subject, 0) + 1
+        if subjects[subject] > 1:
+            subject = f"{subject} #{subjects[subject]}"
+        still_open = " not marked resolved by the BMC" if any(e.resolved is False for e in entries) else ""
+        finding = EVENTS.compare(subject, expectation, len(entries),
+                                 f"{severity} {log} entry{times} {quoted} (last {latest.created or 'undated'})"
+                                 f"{still_open}")
         finding.severity = _SEVERITY[severity]
-        if finding.status is Status.FAIL and finding.severity is Severity.WARNING:
+        if operator:
+            finding.severity = Severity.INFO
+            finding.message += ": a secure erase an operator started, not a drive failure (mark it repaired once done)"
+        if finding.status is Status.FAIL and finding.severity is not Severity.CRITICAL:
             finding.status = Status.WARN
         findings.append(with_source(finding, facts))
     return findings

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import Counter
+
 from agent.facts import NodeFacts
 from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
 from checks import Check
-from checks._bmc import PRESENT_STATES_SKIPPED, bmc_facts, with_source
+from checks._bmc import (
+    NOT_MEASURING,
+    bmc_facts,
+    compare_health,
+    judge_part,
+    not_judged_summary,
+    open_entries,
+    part_not_judged,
+    temperature_not_compared,
+    unusable,
+    usable_threshold,
+    with_source,
+)
 
 REACHABLE = Check("bmc.reachable", "BMC reachable and authenticated", source="bmc", action="check_bmc")
 ROLLUP = Check("bmc.health_rollup", "BMC system health rollup", source="bmc", action="check_bmc_events")
@@ -45,6 +60,13 @@ def evaluate_reachable(facts: NodeFacts, profile: Profile) -> list[Finding]:
                                         f"{status.duration_s:.2f} s", observed="up", expected="up")
         finding.source = name
         findings.append(finding)
+    redfish = facts.sources.get("redfish")
+    if redfish is not None and redfish.configured and redfish.detail.get("cleartext"):
+        findings.append(with_source(REACHABLE.finding(
+            "cleartext", Status.WARN, Severity.WARNING,
+            "credentials sent in clear: the BMC URL is http://, so the password and session token cross "
+            "the network unencrypted", observed="http", expected="https", action="use_https_bmc_url",
+            reason="Anyone on the management network can take over the BMC"), facts))
     bmc = facts.bmc
     if getattr(bmc, "insecure", False):
         findings.append(with_source(REACHABLE.finding(
@@ -54,9 +76,10 @@ def evaluate_reachable(facts: NodeFacts, profile: Profile) -> list[Finding]:
             reason="BMC credentials travel to whoever answers"), facts))
     for problem in getattr(bmc, "problems", ())[:20]:
         path = problem.split(":", 1)[0]
+        unusable = ": unusable field " in problem  # read, but a field has the wrong type: judged without it
         findings.append(with_source(REACHABLE.finding(
-            path, Status.UNKNOWN, Severity.WARNING, f"resource not read: {problem}",
-            observed="failed", expected="read"), facts))
+            path, Status.UNKNOWN, Severity.WARNING, f"resource {'not usable' if unusable else 'not read'}: {problem}",
+            observed="unusable" if unusable else "failed", expected="read"), facts))
     return findings
 
 
@@ -69,8 +92,24 @@ def evaluate_rollup(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if bmc is None:
         return findings
     finding = with_source(ROLLUP.compare("system", expectation, bmc.health_rollup, "system health rollup"), facts)
-    if finding.status is not Status.PASS and bmc.health_causes:
-        finding.message += "; reported causes: " + "; ".join(bmc.health_causes[:5])
+    if finding.status not in (Status.FAIL, Status.WARN):
+        return [finding]
+    causes = list(bmc.health_causes)
+    if isinstance(bmc.events, tuple):  # what the event logs hold open explains a rollup too
+        events = profile.expectation("bmc", "events")
+        window = dt.timedelta(days=float(events.option("window_days", 7) if events else 7))
+        entries, _older, _undated = open_entries(bmc.events, facts.observed_at or dt.datetime.now(dt.timezone.utc),
+                                                 window)
+        counts = Counter((e.log, e.severity, e.message) for e in entries)
+        for (log, severity, message), count in sorted(counts.items(), key=lambda kv: (kv[0][1] != "Critical",
+                                                                                      -kv[1])):
+            causes.append(f"open {log} entry ({severity}) {message!r}" + (f" x{count}" if count > 1 else ""))
+    if causes:
+        finding.message += "; causes: " + "; ".join(causes[:6]) + (f"; {len(causes) - 6} more" if len(causes) > 6
+                                                                  else "")
+        finding.observed = {"rollup": bmc.health_rollup, "causes": causes}
+    else:
+        finding.message += "; the BMC names no cause (no non-OK part or open log entry was read)"
     return [finding]
 
 
@@ -86,20 +125,20 @@ def evaluate_psu(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return findings
     assert isinstance(bmc.psus, tuple)
     for psu in bmc.psus:
-        if psu.state in PRESENT_STATES_SKIPPED:
-            findings.append(with_source(PSU.finding(psu.name, Status.SKIP, Severity.INFO,
-                                                    f"{psu.name} is {psu.state} (empty bay or standby, not a fault)",
+        judged = judge_part(PSU, psu, health, f"{psu.name} health", bmc, facts) if health is not None else None
+        why = part_not_judged(psu)
+        if judged is not None:
+            findings.append(judged)
+        elif why is not None:
+            findings.append(with_source(PSU.finding(psu.name, Status.SKIP, Severity.INFO, f"{psu.name}: {why}",
                                                     observed=psu.state), facts))
-        elif health is not None:
-            findings.append(with_source(PSU.compare(psu.name, health, psu.health or "not reported",
-                                                    f"{psu.name} health"), facts))
     if redundancy is not None and isinstance(bmc.redundancy, tuple):
         for group in bmc.redundancy:
-            finding = PSU.compare(group.name, redundancy, group.health or "not reported",
-                                  f"power redundancy {group.name!r} ({group.mode or 'mode not reported'})")
+            finding = compare_health(PSU, group.name, redundancy, group.health,
+                                     f"power redundancy {group.name!r} ({group.mode or 'mode not reported'})", facts)
             if finding.status is Status.FAIL:
                 finding.message += ": redundancy lost, one more PSU failure takes the node down"
-            findings.append(with_source(finding, facts))
+            findings.append(finding)
     return findings
 
 
@@ -112,16 +151,22 @@ def evaluate_fans(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if bmc is None:
         return findings
     assert isinstance(bmc.fans, tuple)
+    skipped: dict[str, list[str]] = {}
     for fan in bmc.fans:
-        if fan.state in PRESENT_STATES_SKIPPED:
+        judged = judge_part(FANS, fan, expectation, f"{fan.name} health", bmc, facts)
+        if judged is None:
+            skipped.setdefault(part_not_judged(fan) or "not judged", []).append(fan.name)
             continue
-        finding = FANS.compare(fan.name, expectation, fan.health or "not reported", f"{fan.name} health")
-        if (fan.reading is not None and fan.lower_critical is not None and fan.reading < fan.lower_critical
-                and finding.status is Status.PASS):
+        slow = (fan.reading is not None and fan.lower_critical is not None and fan.lower_critical > 0
+                and fan.reading < fan.lower_critical)
+        finding = judged
+        if slow and finding.status in (Status.PASS, Status.UNKNOWN):
             finding.status = expectation.status_on_mismatch()
             finding.message = (f"{fan.name} turns at {fan.reading:g} {fan.units or ''} below its lower critical "
                                f"threshold {fan.lower_critical:g}")
-        findings.append(with_source(finding, facts))
+        findings.append(finding)
+    if skipped:
+        findings.append(not_judged_summary(FANS, expectation, skipped, "fan(s)", facts))
     return findings
 
 
@@ -135,22 +180,35 @@ def evaluate_temperatures(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if bmc is None:
         return findings
     assert isinstance(bmc.temperatures, tuple)
+    skipped: dict[str, list[str]] = {}
     for sensor in bmc.temperatures:
-        if sensor.state == "Absent" or sensor.reading is None:
-            continue  # e.g. an empty DIMM or PSU bay, even when its Health says Critical
+        why = temperature_not_compared(sensor)
+        problem = unusable(bmc, sensor.where)
+        if problem is not None and sensor.state not in NOT_MEASURING and (sensor.reading is None or why):
+            findings.append(with_source(TEMPERATURES.unknown(
+                sensor.name, expectation, f"{sensor.name} not compared: the BMC's answer is unusable ({problem})"),
+                facts))
+            continue
+        if why is not None or sensor.reading is None:  # e.g. an empty DIMM bay, even when its Health says Critical
+            skipped.setdefault(why or "no reading", []).append(sensor.name)
+            continue
         level, limit = "normal", None
-        if sensor.upper_fatal is not None and sensor.reading >= sensor.upper_fatal:
-            level, limit = "fatal", sensor.upper_fatal
-        elif sensor.upper_critical is not None and sensor.reading >= sensor.upper_critical:
-            level, limit = "critical", sensor.upper_critical
-        elif sensor.upper_caution is not None and sensor.reading >= sensor.upper_caution:
-            level, limit = "caution", sensor.upper_caution
+        fatal, critical = usable_threshold(sensor.upper_fatal), usable_threshold(sensor.upper_critical)
+        caution = usable_threshold(sensor.upper_caution)
+        if fatal is not None and sensor.reading >= fatal:
+            level, limit = "fatal", fatal
+        elif critical is not None and sensor.reading >= critical:
+            level, limit = "critical", critical
+        elif caution is not None and sensor.reading >= caution:
+            level, limit = "caution", caution
         finding = TEMPERATURES.compare(sensor.name, expectation, level, f"{sensor.name} ({sensor.reading:g} C)")
         if limit is not None:
             finding.message = f"{sensor.name} reads {sensor.reading:g} C, at or above its {level} threshold {limit:g} C"
             finding.severity = Severity.CRITICAL if level in ("critical", "fatal") else Severity.WARNING
         finding.observed = {"reading": sensor.reading, "level": level}
         findings.append(with_source(finding, facts))
+    if skipped:
+        findings.append(not_judged_summary(TEMPERATURES, expectation, skipped, "sensor(s)", facts))
     return findings
 
 
@@ -164,9 +222,9 @@ def evaluate_leak(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return findings
     assert isinstance(bmc.leak_detectors, tuple)
     for detector in bmc.leak_detectors:
-        state = detector.detector_state or detector.health or "not reported"
-        findings.append(with_source(LEAK.compare(detector.name, expectation, state, f"leak detector {detector.name}"),
-                                    facts))
+        state = detector.detector_state or detector.health  # not reported: unknown, never "dry"
+        findings.append(compare_health(LEAK, detector.name, expectation, state, f"leak detector {detector.name}",
+                                       facts))
     return findings
 
 
@@ -181,9 +239,9 @@ def evaluate_switches(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return findings
     assert isinstance(bmc.switches, tuple)
     for switch in bmc.switches:
-        if switch.state in PRESENT_STATES_SKIPPED:
-            continue
         kind = f"{switch.switch_type or 'fabric'} switch {switch.name}"
-        findings.append(with_source(SWITCHES.compare(switch.name, expectation, switch.health or "not reported",
-                                                     f"{kind} health"), facts))
+        judged = judge_part(SWITCHES, switch, expectation, f"{kind} health", bmc, facts)
+        findings.append(judged or with_source(SWITCHES.finding(
+            switch.name, Status.SKIP, Severity.INFO, f"{kind}: {part_not_judged(switch)}", observed=switch.state),
+            facts))
     return findings

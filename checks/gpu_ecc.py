@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from agent.expect import counter_total, saturated
 from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Severity, Status, Unknown
+from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import gpu_refs, nvml_gpus, per_gpu, subject
+from checks._gpu import ECC_BITS, REMAP_BITS, RETIRED_BITS, gpu_refs, nvml_gpus, per_gpu, subject
 
 ECC_MODE = Check("gpu.ecc.mode", "ECC mode", source="nvml", remediation="gpu_ecc", action="reboot")
 UNCORRECTED = Check("gpu.ecc.uncorrected", "Uncorrected ECC errors since reset", source="nvml",
@@ -42,20 +43,19 @@ def evaluate_mode(facts: NodeFacts, profile: Profile) -> list[Finding]:
 @UNCORRECTED.evaluator
 def evaluate_uncorrected(facts: NodeFacts, profile: Profile) -> list[Finding]:
     return per_gpu(UNCORRECTED, facts, profile.expectation("gpu", "ecc", "uncorrected"),
-                   lambda g: g.ecc_volatile_uncorrected, "volatile uncorrected ECC errors")
+                   lambda g: g.ecc_volatile_uncorrected, "volatile uncorrected ECC errors", bits=ECC_BITS)
 
 
 @CORRECTED.evaluator
 def evaluate_corrected(facts: NodeFacts, profile: Profile) -> list[Finding]:
     return per_gpu(CORRECTED, facts, profile.expectation("gpu", "ecc", "corrected"),
-                   lambda g: g.ecc_aggregate_corrected, "aggregate corrected ECC errors")
+                   lambda g: g.ecc_aggregate_corrected, "aggregate corrected ECC errors", bits=ECC_BITS)
 
 
 def _retired_total(gpu: GpuFacts) -> object:
-    for value in (gpu.retired_sbe, gpu.retired_dbe):
-        if isinstance(value, Unknown):
-            return value
-    return int(gpu.retired_sbe) + int(gpu.retired_dbe)  # type: ignore[arg-type]
+    """SBE + DBE retired pages; at least that when either counter is at its maximum."""
+    return counter_total([saturated(gpu.retired_sbe, RETIRED_BITS, "retired SBE pages"),
+                          saturated(gpu.retired_dbe, RETIRED_BITS, "retired DBE pages")])
 
 
 @RETIRED.evaluator
@@ -89,7 +89,8 @@ def evaluate_row_remap(facts: NodeFacts, profile: Profile) -> list[Finding]:
                 action="contact_support"))
             continue
         finding = ROW_REMAP.compare(name, expectation, gpu.remapped_uncorrectable,
-                                    f"{gpu.label} rows remapped for uncorrectable errors", refs=gpu_refs(gpu))
+                                    f"{gpu.label} rows remapped for uncorrectable errors", refs=gpu_refs(gpu),
+                                    bits=REMAP_BITS)
         if gpu.remap_pending is True and finding.status in (Status.PASS, Status.SKIP):
             finding.status = Status.WARN
             finding.message += "; a row remap is pending: reset the GPU to activate it"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from agent.expect import counter_total, saturated
 from agent.facts import GpuFacts, NodeFacts
 from agent.model import Finding, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import per_gpu
+from checks._gpu import NVLINK_BITS, per_gpu
 
 LINKS = Check("gpu.nvlink.links", "Active NVLinks", source="nvml", action="reset_gpu")
 ERRORS = Check("gpu.nvlink.errors", "NVLink error counters", source="nvml", action="contact_support")
@@ -24,7 +25,8 @@ def link_errors(gpu: GpuFacts) -> object:
     errors = gpu.nvlink_errors
     if isinstance(errors, Unknown):
         return errors
-    return sum(errors.get(k, 0) for k in ("replay", "recovery", "crc_flit", "crc_data"))
+    return counter_total([saturated(errors.get(k, 0), NVLINK_BITS, f"the NVLink {k} counter")
+                          for k in ("replay", "recovery", "crc_flit", "crc_data")])
 
 
 @LINKS.evaluator

@@ -7,11 +7,12 @@ Replay counters are judged as a rate, since healthy GPUs show a few replays.
 
 from __future__ import annotations
 
+from agent.expect import AtLeast, saturated
 from agent.facts import GpuFacts, NodeFacts
 from agent.model import Finding, Unknown, Unsupported
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import per_gpu
+from checks._gpu import PCIE_REPLAY_BITS, per_gpu
 
 LINK = Check("gpu.pcie.link", "GPU PCIe link width", source="nvml", action="reseat_or_contact_support")
 REPLAY = Check("gpu.pcie.replay", "GPU PCIe replay rate", source="nvml", action="contact_support")
@@ -33,7 +34,10 @@ def evaluate_replay(facts: NodeFacts, profile: Profile) -> list[Finding]:
         if isinstance(uptime, Unknown):
             kind = Unsupported if isinstance(uptime, Unsupported) else Unknown
             return kind(f"{gpu.pcie_replays} replays, but no uptime to turn them into a rate ({uptime.reason})")
-        return round(gpu.pcie_replays / max(uptime / 3600.0, 1.0), 2)
+        replays = saturated(gpu.pcie_replays, PCIE_REPLAY_BITS, "the replay counter")
+        count = replays.value if isinstance(replays, AtLeast) else replays
+        rate = round(count / max(uptime / 3600.0, 1.0), 2)
+        return AtLeast(rate, replays.why) if isinstance(replays, AtLeast) else rate  # a saturated count: a floor
 
     return per_gpu(REPLAY, facts, profile.expectation("gpu", "pcie", "replay_rate"), per_hour,
                    "PCIe replays per hour since boot")

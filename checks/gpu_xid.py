@@ -1,75 +1,64 @@
 """gpu.xid: Xid errors in the kernel log since boot, with what to do about them.
 
-Each Xid maps to a severity and the operator action NVIDIA's Xid catalog
-recommends. Application Xids (13, 31, 43, 45) are faults in a program, not
-the GPU: they are reported as informational and never fail the audit.
-Repeats are de-duplicated per GPU and Xid. Profiles can override any entry
-under `gpu.xid` (e.g. to escalate Xid 94 on a fleet that sees it rarely).
+Every code of NVIDIA's Xid catalogue maps to an action and a severity
+(agent/xid_catalog.py, which names the catalogue version it transcribes). Some
+are decoded from the text: NVLink5 Xids 144-150 by sub-code and error status
+(NVIDIA's non-fatal ones warn, the fatal ones are `reset_gpu`), Xid 154 by the
+recovery action it names, and Xid 48 with 63/64 on the same GPU is
+drain-and-reset. A code the table does not know warns with `contact_support`.
+
+Evidence is this boot's kernel log only: a log that concatenates boots is cut
+at its last restart of the since-boot clock (parse_xids), and records with a
+wall-clock stamp older than the boot (observation time minus /proc/uptime) are
+dropped and counted, as Fabric Manager's entries are for `fabric.sxid`.
+
+Application Xids (action `restart_app` or `ignore`: 13, 31, 43, 45, ...) are
+faults in a program, not the GPU: they are reported (info for plain application
+faults, warning where the catalogue suspects more) and never fail the audit.
+Only a critical verdict with a hardware action fails. Repeats are de-duplicated
+per GPU and Xid, with counts. Profiles can override any entry under `gpu.xid`
+(e.g. to escalate Xid 94 on a fleet that sees it rarely).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from agent.facts import NodeFacts, XidEvent
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
+from agent.sources.kmsg import boot_time, predates_boot
+from agent.xid_catalog import APPLICATION_ACTIONS, Verdict, classify, rank
 from checks import Check
 
 XID = Check("gpu.xid", "Xid errors since boot", source="kmsg")
+XidInfo = Verdict  # what one Xid asks of the operator (description, severity, action, bucket)
 
 
-class XidInfo(NamedTuple):
-    description: str
-    severity: Severity
-    action: str  # restart_app | reset_gpu | reboot | drain | contact_support | ...
-    hardware: bool = True
-
-
-_I, _W, _C = Severity.INFO, Severity.WARNING, Severity.CRITICAL
-XID_TABLE: dict[int, XidInfo] = {
-    8: XidInfo("GPU stopped processing (timeout)", _W, "restart_app"),
-    13: XidInfo("graphics engine exception (application fault)", _I, "restart_app", hardware=False),
-    31: XidInfo("GPU memory page fault (application fault)", _I, "restart_app", hardware=False),
-    32: XidInfo("invalid or corrupted push buffer stream", _W, "restart_app"),
-    43: XidInfo("GPU stopped processing a channel (application fault)", _I, "restart_app", hardware=False),
-    45: XidInfo("preemptive cleanup after earlier errors", _I, "restart_app", hardware=False),
-    48: XidInfo("double-bit ECC error (DBE)", _C, "reset_gpu"),
-    61: XidInfo("internal micro-controller breakpoint", _W, "reset_gpu"),
-    62: XidInfo("internal micro-controller halt", _C, "reset_gpu"),
-    63: XidInfo("row remapping / page retirement recorded: reset to apply", _W, "reset_gpu"),
-    64: XidInfo("row remapping / page retirement FAILED to record", _C, "contact_support"),
-    68: XidInfo("video decoder exception", _W, "restart_app"),
-    69: XidInfo("graphics engine class error", _W, "restart_app"),
-    74: XidInfo("NVLink error", _C, "reset_gpu"),
-    79: XidInfo("GPU has fallen off the bus", _C, "drain"),
-    92: XidInfo("high single-bit ECC error rate", _W, "contact_support"),
-    94: XidInfo("contained ECC error (only the affected application stopped)", _W, "restart_app"),
-    95: XidInfo("uncontained ECC error (all applications on the GPU affected)", _C, "reset_gpu"),
-    109: XidInfo("context switch timeout", _W, "restart_app"),
-    119: XidInfo("GSP RPC timeout", _C, "reset_gpu"),
-    120: XidInfo("GSP error", _C, "reset_gpu"),
-    121: XidInfo("C2C link error", _C, "reset_gpu"),
-    140: XidInfo("unrecovered ECC error", _C, "reset_gpu"),
-    154: XidInfo("GPU recovery action changed: see gpu.recovery_action", _W, "follow_recovery_action"),
-}
-# NVLink5 (Blackwell) link errors: reset the GPU; contact support if they repeat.
-for _code in range(144, 151):
-    XID_TABLE[_code] = XidInfo(f"NVLink5 error (Xid {_code})", _C, "reset_gpu")
-
-_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
-
-
-def lookup(code: int, overrides: Mapping[str, Any]) -> XidInfo:
-    info = XID_TABLE.get(code) or XidInfo(f"Xid {code} (not in nodewarden's table: see NVIDIA's Xid catalog)",
-                                          _W, "contact_support")
+def lookup(code: int, overrides: Mapping[str, Any], message: str = "", companions: Collection[int] = ()) -> Verdict:
+    """The catalogue's verdict for one Xid (decoded from `message` where needed), then the profile's override."""
+    info = classify(code, message, companions)
     override = overrides.get(str(code))
     if isinstance(override, Mapping):
-        info = XidInfo(str(override.get("reason", info.description)),
+        info = Verdict(str(override.get("reason", info.description)),
                        Severity(override.get("severity", info.severity.value)),
-                       str(override.get("action", info.action)), info.hardware)
+                       str(override.get("action", info.action)), "profile")
     return info
+
+
+def _since_boot(facts: NodeFacts, xids: tuple[XidEvent, ...]) -> tuple[list[XidEvent], int]:
+    """The Xids not older than this boot, and how many were older (wall-clock stamped records only)."""
+    uptime = facts.host.uptime_s
+    boot = boot_time(facts.observed_at, uptime if isinstance(uptime, (int, float)) else None)
+    kept: list[XidEvent] = []
+    older = 0
+    for event in xids:
+        if predates_boot(event.wall, boot, facts.observed_at):
+            older += 1
+        else:
+            kept.append(event)
+    return kept, older
 
 
 def _gpu_subjects(facts: NodeFacts) -> dict[str, str]:
@@ -94,8 +83,10 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return [XID.finding("node", Status.UNKNOWN, Severity.WARNING, f"kernel log: {xids.reason}")]
     overrides = profile.section("gpu", "xid")
     subjects = _gpu_subjects(facts)
+    events, older = _since_boot(facts, xids)
+    note = f" ({older} Xid records in the log predate this boot)" if older else ""
     grouped: dict[str, dict[int, list[XidEvent]]] = {s: {} for s in subjects.values()}
-    for event in xids:
+    for event in events:
         # Lost GPUs may be unknown to NVML; fall back to the address itself.
         key = subjects.get(event.pci_bus_id, f"pci:{event.pci_bus_id}")
         grouped.setdefault(key, {}).setdefault(event.xid, []).append(event)
@@ -103,24 +94,38 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     for name in sorted(grouped, key=_natural):
         per_code = grouped[name]
         if not per_code:
-            findings.append(XID.finding(name, Status.PASS, Severity.INFO, f"{name}: no Xid since boot",
+            findings.append(XID.finding(name, Status.PASS, Severity.INFO, f"{name}: no Xid since boot{note}",
                                         observed={}, expected="no hardware Xid"))
             continue
-        infos = {code: lookup(code, overrides) for code in per_code}
-        worst_code = max(infos, key=lambda c: (_RANK[infos[c].severity], infos[c].hardware, c))
-        worst = infos[worst_code]
+        worst_of = {code: _worst(code, group, set(per_code) - {code}, overrides) for code, group in per_code.items()}
+        worst_code = max(worst_of, key=lambda c: rank(worst_of[c][0], c))
+        worst = worst_of[worst_code][0]
         parts = []
         for code in sorted(per_code):
-            events = per_code[code]
-            times = f" x{len(events)}" if len(events) > 1 else ""
-            parts.append(f"Xid {code}{times} ({infos[code].description}; {events[-1].message[:80]!r})")
-        status = Status.WARN if worst.severity is Severity.INFO or not worst.hardware else Status.FAIL
+            info, event = worst_of[code]
+            times = f" x{len(per_code[code])}" if len(per_code[code]) > 1 else ""
+            parts.append(f"Xid {code}{times} ({info.description}; {event.message[:80]!r})")
+        failing = worst.severity is Severity.CRITICAL and worst.action not in APPLICATION_ACTIONS
         findings.append(XID.finding(
-            name, status, worst.severity, f"{name}: " + "; ".join(parts),
-            observed={str(code): len(events) for code, events in sorted(per_code.items())},
+            name, Status.FAIL if failing else Status.WARN, worst.severity, f"{name}: " + "; ".join(parts) + note,
+            observed={str(code): len(group) for code, group in sorted(per_code.items())},
             expected="no hardware Xid", action=worst.action,
             reason=f"Xid {worst_code}: {worst.description}"))
     return findings
+
+
+def _worst(code: int, events: list[XidEvent], companions: set[int],
+           overrides: Mapping[str, Any]) -> tuple[Verdict, XidEvent]:
+    """The most serious verdict among one GPU's events of one Xid (their texts may decode differently)."""
+    verdicts: dict[str, Verdict] = {}
+    best = (lookup(code, overrides, events[0].message, companions), events[0])
+    for event in events:
+        info = verdicts.get(event.message)
+        if info is None:
+            info = verdicts[event.message] = lookup(code, overrides, event.message, companions)
+        if rank(info) > rank(best[0]):
+            best = (info, event)
+    return best
 
 
 def _natural(subject: str) -> tuple[int, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from agent.expect import Expectation
+from agent.expect import AtLeast, Expectation, saturated
 from agent.facts import NodeFacts, RdmaDevice, RdmaPort
 from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
@@ -26,7 +26,8 @@ PORT_ERRORS = Check("ib.port.errors", "RDMA port error counters", source="host",
 FIRMWARE = Check("ib.firmware", "HCA firmware", source="host", action="update_firmware")
 
 # Widths of the IB PortCounters error fields (IBA 1.4, 16.1.3.5): a field stops at its
-# maximum ("saturates") instead of wrapping, so a counter at its maximum hides the real count.
+# maximum ("saturates") instead of wrapping, so a counter at its maximum is a lower bound: it fails
+# a limit below the maximum and is unknown against a limit at or above it (agent.expect.AtLeast).
 COUNTER_BITS = {
     "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
     "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16, "port_xmit_discards": 16,
@@ -166,14 +167,18 @@ def evaluate_rate(facts: NodeFacts, profile: Profile) -> list[Finding]:
 
 
 def counter_problem(name: str, value: int | str) -> str | None:
-    """Why a counter has no usable number: not a number, or saturated at its field's maximum."""
+    """Why a counter has no usable number: it is not a number (the port's PMA did not answer)."""
     if isinstance(value, str):
         return f"{name} reads {value!r} (the port's PMA does not answer)"
-    bits = COUNTER_BITS.get(name)
-    if bits is not None and value >= (1 << bits) - 1:
-        return (f"{name} is at its {bits}-bit maximum {value}: the counter saturated, the real count is "
-                "higher (clear it with `perfquery -R` and watch it again)")
     return None
+
+
+def counter_text(name: str, value: int) -> str:
+    """"link_downed 7", or "link_downed at least 255 (8-bit maximum)" for a saturated one."""
+    bits = COUNTER_BITS.get(name)
+    if isinstance(saturated(value, bits, name), AtLeast):
+        return f"{name} at least {value} ({bits}-bit maximum, saturated)"
+    return f"{name} {value}"
 
 
 def judge_counters(expectations: Mapping[str, Expectation], counters: Mapping[str, int | str]
@@ -191,8 +196,16 @@ def judge_counters(expectations: Mapping[str, Expectation], counters: Mapping[st
             problems.append(problem)
             continue
         assert isinstance(value, int)
+        reading = saturated(value, COUNTER_BITS.get(name), name)
+        if isinstance(reading, AtLeast):
+            verdict = expectations[name].evaluate_at_least(reading)
+            if not verdict.comparable:
+                problems.append(f"{verdict.detail}; `perfquery -R` clears it")
+                continue
+        else:
+            verdict = expectations[name].evaluate(value)
         values[name] = value
-        if not expectations[name].evaluate(value).ok:
+        if not verdict.ok:
             over.append((name, expectations[name], value))
     over.sort(key=lambda item: _SEVERITY_RANK[item[1].severity])
     return over, problems, values
@@ -216,7 +229,7 @@ def evaluate_errors(facts: NodeFacts, profile: Profile) -> list[Finding]:
         over, problems, values = judge_counters(expectations, port.counters)
         if over:
             expectation = over[0][1]
-            listed = ", ".join(f"{n} {v} (limit {e.describe()})" for n, e, v in over)
+            listed = ", ".join(f"{counter_text(n, v)} (limit {e.describe()})" for n, e, v in over)
             findings.append(PORT_ERRORS.finding(
                 subject, expectation.status_on_mismatch(), expectation.severity,
                 f"error counters of {label} since boot: {listed}", observed={n: v for n, _, v in over},

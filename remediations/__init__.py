@@ -15,6 +15,7 @@ Actuators are discovered from this package; the registry key is the
 from __future__ import annotations
 
 import enum
+import fnmatch
 import functools
 import importlib
 import pkgutil
@@ -26,6 +27,7 @@ from agent.expect import Expectation
 from agent.facts import NodeFacts
 from agent.model import Finding
 from agent.profiles import Profile
+from agent.sanitise import is_clean
 from agent.sources.fsroot import FsRoot
 
 
@@ -111,6 +113,10 @@ class RedfishPatch:
     attributes: tuple[tuple[str, Any], ...]
     apply_time: str | None = None  # @Redfish.SettingsApplyTime, when the BMC lists it as supported
     etag: str | None = None
+
+    def __post_init__(self) -> None:
+        # Write-time guard: no PATCH body ever holds an attribute name or text value with a line break.
+        guard_config_text(*(n for n, _ in self.attributes), *(v for _, v in self.attributes if isinstance(v, str)))
 
     @property
     def path(self) -> str:
@@ -240,16 +246,56 @@ class PlanContext(Protocol):
 Planner = Callable[[Finding, PlanContext], list[Action]]
 
 _PLANNERS: dict[str, Planner] = {}
+_WRITES: dict[str, tuple[str, ...]] = {}
 
 
-def actuator(name: str) -> Callable[[Planner], Planner]:
-    """Register a planner for findings whose `remediation` is `name`."""
+def actuator(name: str, *, writes: tuple[str, ...]) -> Callable[[Planner], Planner]:
+    """Register a planner for findings whose `remediation` is `name`.
+
+    `writes` declares every path the actuator's changes may touch, as patterns
+    over a change's `path`: `*` matches within one path segment, `**` one or
+    more segments (`/proc/sys/**`, `nvml:gpu*:nvmlDeviceSetEccMode`,
+    `redfish:/redfish/v1/**`). The engine refuses a change outside them, and
+    rollback refuses a journal entry outside them (a planted journal cannot
+    make root write /etc/shadow).
+    """
     def register(func: Planner) -> Planner:
         if name in _PLANNERS:
             raise RuntimeError(f"duplicate actuator {name}")
+        if not writes:
+            raise RuntimeError(f"actuator {name} declares no paths it writes")
         _PLANNERS[name] = func
+        _WRITES[name] = writes
         return func
     return register
+
+
+def _segments_match(patterns: list[str], parts: list[str]) -> bool:
+    if not patterns:
+        return not parts
+    head, rest = patterns[0], patterns[1:]
+    if head == "**":
+        return any(_segments_match(rest, parts[n:]) for n in range(1, len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], head) and _segments_match(rest, parts[1:])
+
+
+def path_matches(pattern: str, path: str) -> bool:
+    """`path` matches `pattern` segment by segment; `.`, `..`, empty segments and NUL never match."""
+    parts = path.split("/")
+    if "\x00" in path or any(p in (".", "..") for p in parts) or "" in parts[1:]:
+        return False
+    return _segments_match(pattern.split("/"), parts)
+
+
+def declared_writes(name: str) -> tuple[str, ...]:
+    """The path patterns actuator `name` declared (empty for an unknown actuator)."""
+    _discover()
+    return _WRITES.get(name, ())
+
+
+def may_write(name: str, path: str) -> bool:
+    """Could actuator `name` have written `path`?"""
+    return any(path_matches(pattern, path) for pattern in declared_writes(name))
 
 
 @functools.cache
@@ -267,6 +313,30 @@ def planners() -> dict[str, Planner]:
 def refused(action_id: str, finding: Finding, action_class: ActionClass, before: Any, reason: str) -> Action:
     name, _, subject = action_id.partition(":")
     return Action(action_id, name, action_class, subject, finding.check, before, finding.expected, refused=reason)
+
+
+class UnsafeValue(ValueError):
+    """A key or value that must not be written into a config file or a BMC request."""
+
+
+def unsafe_for_config(*texts: str) -> str | None:
+    """Why these texts must not go into sysctl.d, boot.conf or a BIOS PATCH (None: they may).
+
+    They are one line of printable text or nothing: a newline in a value would add a line of
+    the profile author's (or a hostile snapshot's) choosing to a file root applies at boot.
+    Profiles are checked at load too; this is the same rule at plan and at write time.
+    """
+    for text in texts:
+        if not is_clean(text):
+            return f"{text!r} holds a control character or line break: nodewarden does not write it"
+    return None
+
+
+def guard_config_text(*texts: str) -> None:
+    """Raise UnsafeValue (a ValueError: the apply loop's failure) for a text `unsafe_for_config` refuses."""
+    problem = unsafe_for_config(*texts)
+    if problem is not None:
+        raise UnsafeValue(problem)
 
 
 def target_value(expectation: Expectation) -> str | None:

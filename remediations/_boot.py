@@ -20,8 +20,8 @@ from remediations.sysctl import conf_settings, set_conf_key
 BOOT_CONF = "/etc/nodewarden/boot.conf"
 HEADER = (b"# Managed by nodewarden remediate; replayed at boot by nodewarden-apply.service.\n"
           b"# Roll back with `nodewarden rollback`, not by hand, so the journal stays exact.\n")
-_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
-_WORD_RE = re.compile(r"^[a-z+]{1,32}$")
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}\Z")  # \Z: `$` would also match before a final newline
+_WORD_RE = re.compile(r"^[a-z+]{1,32}\Z")
 
 
 def persist(key: str, value: str) -> FileEdit:

@@ -6,13 +6,13 @@ import abc
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agent.credentials import BmcOptions
 from agent.errors import SnapshotError
+from agent.fsutil import fsync_dir, replace_file
 from agent.sources.fsroot import FsRoot, LiveFs, SnapshotFs
 from agent.sources.nvml import RecordedNvml, call_with_deadline, load_live_nvml
 from agent.sources.redfish import LiveRedfish, PatchResult, RecordedRedfish, RedfishError, valid_path
@@ -27,22 +27,14 @@ def _check_path(path: str) -> None:
 
 
 def write_file_atomic(real: str, data: bytes, mode: int) -> None:
-    """Replace a file durably: temp file in the same directory, fsync, rename, fsync dir."""
-    directory = os.path.dirname(real)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".nodewarden-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(tmp, real)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    fsync_dir(directory)
+    """Replace a file durably through agent.fsutil's one atomic writer (O_EXCL|O_NOFOLLOW temp file,
+    fchmod on the descriptor, fsync, rename, fsync of the folder).
+
+    Remediation semantics stay: the folders a FileEdit needs are created (the
+    journal lists them, rollback removes them), and the file gets `mode` and root's ownership.
+    """
+    os.makedirs(os.path.dirname(real), exist_ok=True)
+    replace_file(real, data, mode)
 
 
 def remove_file(real: str) -> None:
@@ -62,14 +54,6 @@ def remove_empty_dir(real: str) -> None:
     except OSError:  # not empty: someone else uses it now; keep it
         return
     fsync_dir(os.path.dirname(real))
-
-
-def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 NVML_TIMEOUT_S = 10.0
@@ -292,17 +276,17 @@ class SnapshotTarget(_RootedFiles):
         self._nvml_path = snapshot_dir / "nvml.json"
         self._nvml: RecordedNvml | None = None
         self._redfish_dir = snapshot_dir / "redfish"
-        self.description = f"snapshot:{snapshot_dir.resolve()}"
+        self.path = snapshot_dir.resolve()  # the lock of this target is this folder's own flock
+        self.description = f"snapshot:{self.path}"
         if writable and not os.access(self.snapshot_fs.base, os.W_OK):
             raise SnapshotError("snapshot is read-only; copy it first with "
                                 "`nodewarden snapshot capture --snapshot DIR --out NEW`", path=str(snapshot_dir))
 
     def _real(self, path: str) -> str:
         _check_path(path)
-        # Resolve recorded symlinks (sys/class/net/eth0 -> ../../devices/...).
-        parent, _, name = path.rpartition("/")
-        real_parent = self.snapshot_fs.resolve(parent) if parent else ""
-        return os.path.join(self.snapshot_fs.base, real_parent, name)
+        # Recorded symlinks resolved (sys/class/net/eth0 -> ../../devices/...), clamped to fs/; a real
+        # symlink on the way is refused (OSError naming it), so a write never lands outside the snapshot.
+        return self.snapshot_fs.write_path(path)
 
     def nvml(self) -> Any:
         if self._nvml is None and self._nvml_path.is_file():

@@ -30,7 +30,7 @@ def acs_state(raw: bytes) -> str:
     return "enabled" if acs is not None and acs.redirects else "disabled"
 
 
-@actuator("acs")
+@actuator("acs", writes=("/sys/bus/pci/devices/*/config",))
 def plan_acs(finding: Finding, ctx: PlanContext) -> list[Action]:
     bridge = finding.subject
     action_id = f"acs:{bridge}"

@@ -16,7 +16,16 @@ from agent.expect import Expectation
 from agent.facts import BiosSettings, BmcFacts
 from agent.model import Finding, Status
 from checks.bios import BIOS, bios_vendor
-from remediations import Action, ActionClass, PlanContext, RedfishPatch, actuator, refused, target_value
+from remediations import (
+    Action,
+    ActionClass,
+    PlanContext,
+    RedfishPatch,
+    actuator,
+    refused,
+    target_value,
+    unsafe_for_config,
+)
 
 # Preferred when the BMC lists it: apply at the next host reset, not "Immediate" (which some BMCs
 # take as "reboot the host now") and not a maintenance window we know nothing about.
@@ -32,7 +41,7 @@ def _bmc(ctx: PlanContext) -> BmcFacts | str:
     return bmc
 
 
-@actuator("bios_attribute")
+@actuator("bios_attribute", writes=("redfish:/redfish/v1/**",))
 def plan_bios(finding: Finding, ctx: PlanContext) -> list[Action]:
     if finding.status is Status.SKIP:  # the check says: the BIOS has no such attribute
         return [refused(f"bios_attribute:{finding.subject}", finding, ActionClass.REBOOT, None,
@@ -65,6 +74,10 @@ def plan_bios(finding: Finding, ctx: PlanContext) -> list[Action]:
         value = target_value(expectation)
         if value is None:
             problems.append(f"{name}: the profile allows {expectation.describe()} but names no single value")
+            continue
+        unsafe = unsafe_for_config(name, value)
+        if unsafe is not None:
+            problems.append(f"{name}: {unsafe}")
             continue
         before[name] = current[name]
         after[name] = _typed(value, current[name])

@@ -7,7 +7,7 @@ import re
 from agent.model import Finding
 from checks.host_cpu import cpu_ranges  # the audit's own cpulist format
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
-from remediations._boot import persist
+from remediations._boot import BOOT_CONF, persist
 
 CPU_DIR = "/sys/devices/system/cpu"
 _CPU_RE = re.compile(r"^cpu\d+$")
@@ -21,7 +21,7 @@ def shown_governor(old: bytes, value: str) -> bytes:
     return f"{value}\n".encode()
 
 
-@actuator("cpu_governor")
+@actuator("cpu_governor", writes=(f"{CPU_DIR}/cpu*/cpufreq/scaling_governor", BOOT_CONF))
 def plan_cpu_governor(finding: Finding, ctx: PlanContext) -> list[Action]:
     action_id = "cpu_governor:node"
     expectation = ctx.profile.expectation("cpu", "governor")

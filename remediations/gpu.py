@@ -62,7 +62,7 @@ def _read_gpu(finding: Finding, ctx: PlanContext, action_id: str) -> GpuFacts | 
     return gpu
 
 
-@actuator("gpu_persistence")
+@actuator("gpu_persistence", writes=("nvml:gpu*:nvmlDeviceSetPersistenceMode",))
 def plan_persistence(finding: Finding, ctx: PlanContext) -> list[Action]:
     action_id = f"gpu_persistence:{finding.subject}"
     expectation = ctx.profile.expectation("gpu", "persistence_mode")
@@ -81,7 +81,7 @@ def plan_persistence(finding: Finding, ctx: PlanContext) -> list[Action]:
                                     1 if value == "enabled" else 0, _enabled),))]
 
 
-@actuator("gpu_power_limit")
+@actuator("gpu_power_limit", writes=("nvml:gpu*:nvmlDeviceSetPowerManagementLimit",))
 def plan_power_limit(finding: Finding, ctx: PlanContext) -> list[Action]:
     action_id = f"gpu_power_limit:{finding.subject}"
     profile_expectation = ctx.profile.expectation("gpu", "power", "limit")
@@ -140,7 +140,7 @@ def refuse_while_busy(ctx: PlanContext, index: int, action_id: str, finding: Fin
     return refused(action_id, finding, ActionClass.DISRUPTIVE, before, f"{why}; drain the GPU first")
 
 
-@actuator("gpu_compute_mode")
+@actuator("gpu_compute_mode", writes=("nvml:gpu*:nvmlDeviceSetComputeMode",))
 def plan_compute_mode(finding: Finding, ctx: PlanContext) -> list[Action]:
     """Compute mode is `disruptive`: running jobs may lose access, so it is refused while any run."""
     action_id = f"gpu_compute_mode:{finding.subject}"
@@ -168,7 +168,7 @@ def _pending_ecc(value: Any) -> str:
     return _enabled(value[1])  # nvmlDeviceGetEccMode -> (current, pending)
 
 
-@actuator("gpu_ecc")
+@actuator("gpu_ecc", writes=("nvml:gpu*:nvmlDeviceSetEccMode",))
 def plan_ecc(finding: Finding, ctx: PlanContext) -> list[Action]:
     """ECC is `reboot` class: NVML stages the mode; it takes effect at the next GPU reset or reboot."""
     action_id = f"gpu_ecc:{finding.subject}"
@@ -189,7 +189,7 @@ def plan_ecc(finding: Finding, ctx: PlanContext) -> list[Action]:
                                     undo=lambda before: [before[1]]),))]  # restore the staged mode
 
 
-@actuator("gpu_app_clocks")
+@actuator("gpu_app_clocks", writes=("nvml:gpu*:nvmlDeviceSetApplicationsClocks",))
 def plan_app_clocks(finding: Finding, ctx: PlanContext) -> list[Action]:
     """Application clocks back to the board's defaults: `disruptive` (running jobs' clocks change)."""
     action_id = f"gpu_app_clocks:{finding.subject}"

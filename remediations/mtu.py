@@ -9,18 +9,18 @@ instead of failing half-way through a run.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
 
+from agent.jsonfile import load_json_bytes
 from agent.model import Finding, Unknown
 from agent.sources.host import read_interface, read_pci_function, read_rdma_ports
 from checks.net_mtu import rule_matches
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
-from remediations._boot import persist
+from remediations._boot import BOOT_CONF, persist
 
-IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")  # IFNAMSIZ - 1, no '/'
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}\Z")  # IFNAMSIZ - 1, no '/'
 IP_TIMEOUT_S = 5.0
 
 
@@ -40,14 +40,14 @@ def netlink_mtu_limits(name: str) -> tuple[int | None, int | None]:
     try:
         proc = subprocess.run([ip, "-d", "-j", "link", "show", "dev", name], capture_output=True, text=True,
                               timeout=IP_TIMEOUT_S, check=False)
-        (link,) = json.loads(proc.stdout) if proc.returncode == 0 else [{}]
+        (link,) = load_json_bytes(proc.stdout, what="ip link", max_bytes=1 << 20) if proc.returncode == 0 else [{}]
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return None, None
     low, high = link.get("min_mtu"), link.get("max_mtu")
     return (low if isinstance(low, int) else None, high if isinstance(high, int) and high > 0 else None)
 
 
-@actuator("mtu")
+@actuator("mtu", writes=("/sys/class/net/*/mtu", BOOT_CONF))
 def plan_mtu(finding: Finding, ctx: PlanContext) -> list[Action]:
     name = finding.subject
     action_id = f"mtu:{name}"

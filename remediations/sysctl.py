@@ -11,7 +11,18 @@ import re
 
 from agent.model import Finding
 from agent.sources.host import InvalidName, normalize_sysctl, sysctl_path
-from remediations import Action, ActionClass, AttrWrite, FileEdit, PlanContext, actuator, refused, target_value
+from remediations import (
+    Action,
+    ActionClass,
+    AttrWrite,
+    FileEdit,
+    PlanContext,
+    actuator,
+    guard_config_text,
+    refused,
+    target_value,
+    unsafe_for_config,
+)
 
 CONF_NAME = "90-nodewarden.conf"
 CONF_PATH = f"/etc/sysctl.d/{CONF_NAME}"
@@ -40,6 +51,7 @@ def _conf_key(key: str) -> str:
 
 def set_conf_key(old: bytes | None, key: str, value: str, header: bytes = HEADER) -> bytes:
     """Set `key = value` in one of our conf files, keeping every other line as it was."""
+    guard_config_text(key, value)  # sysctl.d and boot.conf: never a second line from a value
     lines = (old or header).decode("utf-8").splitlines()
     out, found = [], False
     for line in lines:
@@ -88,7 +100,7 @@ def later_overrides(ctx: PlanContext, key: str) -> list[str]:
     return notes
 
 
-@actuator("sysctl")
+@actuator("sysctl", writes=("/proc/sys/**", CONF_PATH))
 def plan_sysctl(finding: Finding, ctx: PlanContext) -> list[Action]:
     key, section = _KEY_OF_CHECK.get(finding.check, (finding.subject, ("sysctl", finding.subject)))
     action_id = f"sysctl:{key}"
@@ -111,6 +123,9 @@ def plan_sysctl(finding: Finding, ctx: PlanContext) -> list[Action]:
                         f"the profile allows {expectation.describe()} but names no single value to set")]
     if expectation.evaluate(current).ok:
         return []
+    problem = unsafe_for_config(key, value)
+    if problem is not None:
+        return [refused(action_id, finding, ActionClass.SAFE, current, problem)]
     return [Action(
         action_id, "sysctl", ActionClass.SAFE, key, finding.check, current, value,
         changes=(

@@ -11,7 +11,7 @@ from agent.facts import parse_kernel_cmdline
 from agent.model import Finding
 from agent.sources.host import parse_bracketed
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
-from remediations._boot import persist
+from remediations._boot import BOOT_CONF, persist
 
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 
@@ -30,7 +30,7 @@ def shown_thp(old: bytes, value: str) -> bytes:
     return (" ".join(f"[{w}]" if w == value else w for w in words) + "\n").encode()
 
 
-@actuator("thp")
+@actuator("thp", writes=(f"{THP_DIR}/enabled", f"{THP_DIR}/defrag", BOOT_CONF))
 def plan_thp(finding: Finding, ctx: PlanContext) -> list[Action]:
     which = finding.check.rsplit(".", 1)[-1]  # host.thp.enabled | host.thp.defrag
     action_id = f"thp:{which}"

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from agent.baseline import BASELINE_SCHEMA, baseline, load_baseline, parse_baseline, write_baseline
 from agent.facts import NO_BASELINE, Baseline, BaselineGpu, BmcFacts, BmcTemperature, NodeFacts, gpu_activity
+from agent.fsutil import FileSafetyError
 from agent.model import Finding, Severity, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import Profile, ProfileStore
 from agent.sources.nvml import RecordedNvml, _to_jsonable, read_nvml
@@ -70,6 +71,7 @@ def edit_nvml(node: Path, change: Any) -> None:
 
 def test_record_on_a_simulated_node_writes_the_shipped_baseline(tmp_path: Path, config: Path) -> None:
     out = tmp_path / "b" / "baseline.json"
+    out.parent.mkdir()  # --out names a file in an existing folder (a missing one is exit 2)
     result = run("baseline", "record", "--simulate", "hgx-h100-healthy", "--config", str(config), "--out", str(out))
     assert result.code == 0, result.stderr
     assert result.stderr == ""  # idle GPUs, a BMC: nothing to warn about
@@ -117,11 +119,11 @@ def test_the_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     path = tmp_path / "baseline.json"
     path.write_text("old\n")
 
-    def crash(src: str, dst: str) -> None:
+    def crash(src: str, dst: str, **_dir_fds: int) -> None:
         raise OSError("disk gone")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="disk gone"):
+    with pytest.raises(FileSafetyError, match="disk gone"):  # an operator message, exit 3
         write_baseline(path, {"schema": BASELINE_SCHEMA})
     assert path.read_text() == "old\n"  # the old file, whole
     assert [p.name for p in tmp_path.iterdir()] == ["baseline.json"]  # and no temporary file

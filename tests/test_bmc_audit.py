@@ -49,7 +49,9 @@ def test_ipmi_fault_shows_up(run_cli: RunCli, ipmi_sim_factory: object, tmp_path
     gpu0 = next(f for (c, s), f in findings.items() if c == "bmc.temperatures" and "GPU0" in s)
     assert gpu0["status"] == "fail" and gpu0["severity"] == "critical"
     events = [f for (c, _), f in findings.items() if c == "bmc.events"]
-    assert any("GPU0_Temp" in f["message"] and f["status"] == "fail" for f in events), events
+    # ipmi_sim stamps its SEL with "Pre-Init" timecodes (seconds since BMC start): undated, so not judged
+    # recent (issue 13: undated is not "recent"), reported as unknown; the sensor itself fails above.
+    assert any("GPU0_Temp" in f["message"] and f["status"] == "unknown" for f in events), events
     assert result.code == 1
 
 

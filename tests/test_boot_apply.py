@@ -61,7 +61,7 @@ def _unit_with_real_binary(tmp_path: Path) -> Path:
     exe = shutil.which("nodewarden", path=str(Path(sys.executable).parent))
     assert exe is not None
     unit = tmp_path / UNIT.name
-    unit.write_text(UNIT.read_text().replace("ExecStart=/usr/bin/nodewarden", f"ExecStart={exe}"))
+    unit.write_text(UNIT.read_text().replace("ExecStart=/opt/nodewarden/bin/nodewarden", f"ExecStart={exe}"))
     return unit
 
 

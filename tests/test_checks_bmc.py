@@ -132,9 +132,9 @@ def test_firmware_minimum_with_vendor_names(h100: Profile) -> None:
 def test_firmware_consistency_names_the_odd_one(h100: Profile) -> None:
     items = (*(FirmwareItem(f"PSU {i}", "00.1D.2A", f"PSU.Slot.{i}") for i in range(1, 6)),
              FirmwareItem("PSU 6", "00.1A.1B", "PSU.Slot.6"))
-    assert component_model(items[0]) == "psu.slot.#"
+    assert component_model(items[0]) == "psu #"  # the name without its instance number, not the slot id
     result = by_subject(CONSISTENCY.run(node(healthy_bmc(firmware=items)), h100))
-    finding = result["psu.slot.#"]
+    finding = result["psu #"]
     assert finding.status is Status.FAIL and "PSU 6 00.1A.1B" in finding.message
     assert finding.observed == {"00.1A.1B": 1, "00.1D.2A": 5}
 

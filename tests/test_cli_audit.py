@@ -154,6 +154,7 @@ def test_junit_output_loads_in_a_junit_reader(run_cli: RunCli, tmp_path: Path) -
 
 def test_prom_output_is_textfile_format_with_every_status_series(run_cli: RunCli, tmp_path: Path) -> None:
     out = tmp_path / "textfile" / "nodewarden.prom"
+    out.parent.mkdir()  # the textfile folder exists; nodewarden never creates a folder it is told to write into
     result = run_cli("audit", "--simulate", "hgx-h100-drifted", "--format", "prom", "--output", str(out))
     assert result.code == 1
     assert sorted(os.listdir(out.parent)) == ["nodewarden.prom"]  # no temp file left behind
@@ -252,6 +253,11 @@ waivers:
     ("waivers:\n  - {check: x, reason: r, expires: 'soon'}\n", 2, "does not match"),
     ("waivers:\n  - {check: x, reason: r, expires: '2025-02-30'}\n", 2, "is not a date"),
     ("waivers: [\n", 2, "invalid YAML"),
+    # a glob matching every check would silence criticals wholesale: a waiver names a check or area
+    ("waivers:\n  - {check: '*', reason: r, expires: '2099-01-01'}\n", 2, "matches every check"),
+    ("waivers:\n  - {check: x, reason: r, expires: '2099-01-01'}\n  - {check: '*.*', reason: r, expires: '2099-01-01'}\n",
+     3, "matches every check"),
+    ("waivers:\n  - {check: '?*', reason: r, expires: '2099-01-01'}\n", 2, "matches every check"),
 ])
 def test_bad_waiver_file_exits_2_with_location(run_cli: RunCli, tmp_path: Path, body: str, line: int,
                                                text: str) -> None:
@@ -272,8 +278,17 @@ def test_bad_config_exits_2(run_cli: RunCli, tmp_path: Path) -> None:
     assert f"{config}:4: bmc.pasword_file: unknown key 'pasword_file'" in typo.stderr
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
+
+
 def copy_node(tmp_path: Path, name: str = "hgx-h100-drifted", writable_fs: bool = False) -> Path:
-    """A copy of a simulated node; fs/ is a symlink to the original unless it must be edited."""
+    """A copy of a simulated node; fs/ hard-links the original's files unless it must be edited.
+
+    (Not a symlink: a snapshot whose fs/ is a symlink is refused, it could lead anywhere.)"""
     from agent.snapshot import simulated_path
 
     source = simulated_path(name)
@@ -284,7 +299,7 @@ def copy_node(tmp_path: Path, name: str = "hgx-h100-drifted", writable_fs: bool 
     target.mkdir()
     for item in source.iterdir():
         if item.name == "fs":
-            (target / "fs").symlink_to(item, target_is_directory=True)
+            shutil.copytree(item, target / "fs", copy_function=_link_or_copy)
         elif item.is_dir():
             shutil.copytree(item, target / item.name)
         else:
@@ -322,7 +337,7 @@ def test_broken_snapshot_exits_2(run_cli: RunCli, tmp_path: Path, breakage: str,
     elif breakage == "broken_meta":
         (snap / "meta.yaml").write_text("hostname: x\ncaptured: [host\n")
     elif breakage == "no_fs":
-        (snap / "fs").unlink()
+        shutil.rmtree(snap / "fs")
     elif breakage == "bad_links":
         (snap / "fs_links.json").write_text("{not json")
     elif breakage == "missing_dir":

@@ -591,6 +591,7 @@ def test_failed_capture_leaves_nothing_behind(tmp_path: Path) -> None:
 
     root = fake_root(tmp_path)
     out = tmp_path / "nested" / "out"
+    out.parent.mkdir()  # a missing folder is refused before anything is read (tests/test_fsutil.py)
     with pytest.raises(RuntimeError, match="disk on fire"):
         capture_live(out, [], root=Boom(str(root)), kmsg_device=str(kmsg_file(tmp_path)))
     assert not out.exists()

@@ -626,7 +626,7 @@ def test_parse_dmesg_format(line: str, message: str, ts_usec: int) -> None:
 ])
 def test_parse_iso_format(line: str) -> None:
     assert parse_kmsg_line(line) == KmsgRecord(
-        message="nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context")
+        message="nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context", wall=line.split(" ", 1)[0])
 
 
 def test_parse_decoded_iso_format_strips_facility_and_level() -> None:

@@ -251,8 +251,9 @@ def test_error_counters_flaps_na_and_saturation() -> None:
     assert finding.status is Status.UNKNOWN and "PMA" in finding.message
     saturated = facts(rdma=(rail("mlx5_0", "0000:1a:00.0", counters={"link_downed": 255}),))
     (finding,) = PORT_ERRORS.run(saturated, p)
-    # 255 is over the limit too, but the saturated counter wins: unknown with the reason, not a guess
-    assert finding.status is Status.UNKNOWN and "8-bit maximum 255" in finding.message
+    # saturated at 255: the true count is at least 255, far over the limit of 2, so it fails (issue 13 rule 6);
+    # tests/test_gpu_judgement.py covers a limit at or above the maximum (unknown)
+    assert finding.status is Status.FAIL and "link_downed at least 255 (8-bit maximum" in finding.message
 
 
 def test_firmware_minimum_and_consistency() -> None:

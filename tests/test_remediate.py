@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from agent.journal import LockHeld, StateDir
+from agent.remediate import target_lock
 from agent.sources.fsroot import SnapshotFs
+from remediations._target import SnapshotTarget
 from remediations.sysctl import set_conf_key
 from tests.conftest import RunCli
 
@@ -179,11 +181,11 @@ def test_lock_contention_is_refused_cleanly(run_cli: RunCli, node: Path, tmp_pat
                                            empty_config: Path) -> None:
     state = StateDir(tmp_path / "state")
     before = tree_state(node)
-    with state.lock():
+    with target_lock(SnapshotTarget(node)):  # the lock is the target's, whatever the state dir
         result = run_cli("remediate", "--snapshot", str(node), "--state-dir", str(state.path), "--apply",
                          "--config", str(empty_config))
         assert result.code == 3 and "another nodewarden remediate or rollback is running" in result.stderr
-        with pytest.raises(LockHeld), state.lock():
+        with pytest.raises(LockHeld), target_lock(SnapshotTarget(node)):
             pass
     assert tree_state(node) == before
     code, _ = remediate(run_cli, node, state.path, empty_config, "--apply")

@@ -94,7 +94,7 @@ def usec(span: str) -> int:
 
 
 def installable_copy(tmp_path: Path, *names: str, text: dict[str, str] | None = None) -> list[Path]:
-    """Copies of the units in one folder, with /usr/bin/nodewarden pointing at this venv's console
+    """Copies of the units in one folder, with /opt/nodewarden/bin/nodewarden pointing at this venv's console
     script (`verify` fails when an Exec*= binary does not exist). `text` overrides a unit's content."""
     exe = shutil.which("nodewarden", path=str(Path(sys.executable).parent))
     assert exe is not None, "the nodewarden console script is not installed in this venv (pip install -e .)"
@@ -102,7 +102,7 @@ def installable_copy(tmp_path: Path, *names: str, text: dict[str, str] | None = 
     for name in names:
         content = (text or {}).get(name) or (UNIT_DIR / name).read_text()
         path = tmp_path / name
-        path.write_text(content.replace("=/usr/bin/nodewarden ", f"={exe} "))
+        path.write_text(content.replace("=/opt/nodewarden/bin/nodewarden ", f"={exe} "))
         out.append(path)
     return out
 
@@ -163,7 +163,7 @@ def test_exposure_check_fails_on_an_unhardened_unit(tmp_path: Path) -> None:
 
 def test_daemon_is_a_notify_service_with_a_watchdog() -> None:
     unit = load(DAEMON)
-    assert one(unit, "Service", "ExecStart") == "/usr/bin/nodewarden daemon --config /etc/nodewarden/config.yaml"
+    assert one(unit, "Service", "ExecStart") == "/opt/nodewarden/bin/nodewarden daemon --config /etc/nodewarden/config.yaml"
     assert one(unit, "Service", "Type") == "notify"
     assert one(unit, "Service", "NotifyAccess") == "main"
     assert usec(one(unit, "Service", "WatchdogSec")) == 60_000_000
@@ -206,14 +206,15 @@ def test_service_is_unprivileged_and_read_only(name: str) -> None:
         assert one(unit, "Service", key) == value, key
     assert service["SystemCallFilter"][0] == "@system-service"
     assert words(unit, "Service", "RestrictAddressFamilies") == ["AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"]
-    assert one(unit, "Service", "StateDirectory") == "nodewarden"
+    # /var/lib/nodewarden stays root's: a dynamic user owning it could plant journals for root's remediate.
+    assert "StateDirectory" not in service
     # The monitor never writes the kernel's knobs: nothing under /sys or /proc is made writable.
     for key in ("ReadWritePaths", "BindPaths"):
         for path in words(unit, "Service", key):
             clean = PurePosixPath(path.lstrip("-+"))
             assert not clean.is_relative_to("/sys") and not clean.is_relative_to("/proc"), f"{key}={path}"
     if name == DAEMON:
-        assert "ReadWritePaths" not in service  # StateDirectory= and CacheDirectory= only
+        assert "ReadWritePaths" not in service  # CacheDirectory= only
 
 
 @pytest.mark.parametrize("name", [DAEMON, AUDIT])
@@ -238,7 +239,7 @@ def test_audit_has_the_same_hardening_as_the_daemon() -> None:
 def test_audit_writes_only_its_textfile_and_a_failing_node_is_not_a_failed_unit() -> None:
     unit = load(AUDIT)
     command = one(unit, "Service", "ExecStart").split()
-    assert command[:2] == ["/usr/bin/nodewarden", "audit"]
+    assert command[:2] == ["/opt/nodewarden/bin/nodewarden", "audit"]
     assert command[command.index("--format") + 1] == "prom"
     assert command[command.index("--config") + 1] == "/etc/nodewarden/config.yaml"
     output = PurePosixPath(command[command.index("--output") + 1])

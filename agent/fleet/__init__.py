@@ -11,7 +11,6 @@ counts once: its newest report wins and the duplicate is noted.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import statistics
 import sys
@@ -23,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import NodewardenError
+from agent.jsonfile import JsonInputError, load_json_file
 
 REPORT_SCHEMA = "nodewarden.report/v1"
 FLEET_SCHEMA = "nodewarden.fleet/v1"
 BASELINE_CHECK = "baseline.drift"
 FIRMWARE_CHECKS = {"bmc.firmware": None, "gpu.firmware.vbios": "gpu vbios", "host.driver.version": "nvidia driver"}
 MAX_FILE_BYTES = 64 << 20  # an audit report is ~100 KB; anything this big is not one
+MAX_DEPTH = 64  # a report nests ~6 deep (observed values are small objects)
 
 
 class FleetInputError(NodewardenError):
@@ -179,10 +180,11 @@ def _read_one(path: str, keep_rows: bool) -> NodeSummary | Skipped:
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
             return Skipped(path, f"{size} bytes: too big for an audit report")
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
-        return Skipped(path, f"unreadable JSON: {type(exc).__name__}: {str(exc)[:120]}")
+        data = load_json_file(Path(path), max_bytes=MAX_FILE_BYTES, max_depth=MAX_DEPTH)
+    except JsonInputError as exc:
+        return Skipped(path, f"unreadable JSON: {exc.message[:160]}")
+    except OSError as exc:
+        return Skipped(path, f"unreadable: {exc.strerror or exc}")
     try:
         return summarize_report(data, path, keep_rows)
     except ValueError as exc:

@@ -8,7 +8,6 @@ not in Prometheus, so finding rows carry the check and subject only.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import urllib.error
 import urllib.parse
@@ -17,6 +16,9 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from agent.fleet import BASELINE_CHECK, FindingRow, FleetInputError, NodeSummary
+from agent.jsonfile import load_json_bytes
+
+MAX_ANSWER_BYTES = 1 << 30  # one instant query over 20,000 nodes' check series is ~1 GB at worst
 
 QUERIES = {
     "status": "nodewarden_check_status == 1",
@@ -35,12 +37,18 @@ def _query(base: str, expr: str, timeout_s: float) -> list[dict[str, Any]]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=timeout_s) as response:
-            body = json.loads(response.read())
+            body = load_json_bytes(response.read(MAX_ANSWER_BYTES + 1), what=f"Prometheus at {base}",
+                                   max_bytes=MAX_ANSWER_BYTES, max_depth=16)
     except (OSError, ValueError) as exc:
         raise FleetInputError(f"cannot query Prometheus at {base}: {exc}") from None
     if not isinstance(body, dict) or body.get("status") != "success":
         raise FleetInputError(f"Prometheus at {base} answered {str(body)[:200]}")
-    return list(body["data"]["result"])
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list) or not all(isinstance(r, dict) and isinstance(r.get("metric"), dict)
+                                               for r in result):
+        raise FleetInputError(f"Prometheus at {base} answered without a list of samples for {expr}")
+    return result
 
 
 def _node(metric: dict[str, str]) -> str:

@@ -1,7 +1,10 @@
 """Fleet report outputs: one self-contained HTML page, Markdown, CSV (a row per finding), JSON.
 
 The HTML has no scripts, fonts or external resources: inline CSS and SVG
-charts, so it opens offline, in a ticket, or printed.
+charts, so it opens offline, in a ticket, or printed. Every string from the
+audit files goes through `agent.sanitise` in every format: control characters
+and lone surrogates become visible escapes, CSV formulas are neutralised,
+Markdown and HTML are escaped.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import re
 from typing import Any
 
 from agent.fleet import NodeSummary, iter_rows
+from agent.sanitise import clean, clean_value, csv_row, md_cell
 
 TABLE_LIMIT = 200  # rows per table in HTML/Markdown; the JSON has everything
 
 
 def render_json(fleet: dict[str, Any]) -> str:
-    return json.dumps(fleet, indent=1, sort_keys=False, default=str) + "\n"
+    return json.dumps(clean_value(fleet), indent=1, sort_keys=False, default=lambda v: clean(str(v))) + "\n"
 
 
 def render_csv(nodes: list[NodeSummary]) -> str:
@@ -41,21 +45,20 @@ def render_csv(nodes: list[NodeSummary]) -> str:
         ]
     )
     for node, row in iter_rows(nodes):
-        writer.writerow(
-            [
-                node.node,
-                node.profile,
-                node.started_at.isoformat() if node.started_at else "",
-                row.check,
-                row.subject,
-                row.status,
-                row.severity,
-                "yes" if row.waived else "no",
-                _cell(row.observed),
-                _cell(row.expected),
-                row.message,
-            ]
-        )
+        cells = [
+            node.node,
+            node.profile,
+            node.started_at.isoformat() if node.started_at else "",
+            row.check,
+            row.subject,
+            row.status,
+            row.severity,
+            "yes" if row.waived else "no",
+            _cell(row.observed),
+            _cell(row.expected),
+            row.message,
+        ]
+        writer.writerow(csv_row(cells))
     return out.getvalue()
 
 
@@ -69,11 +72,8 @@ def _cell(value: Any) -> str:
 
 
 def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
-    def clean(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(clean(v) for v in row) + " |" for row in rows[:TABLE_LIMIT]]
+    lines += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in rows[:TABLE_LIMIT]]
     if len(rows) > TABLE_LIMIT:
         lines.append(f"\n{len(rows) - TABLE_LIMIT} more rows in the JSON output.")
     return "\n".join(lines) + "\n"
@@ -209,7 +209,7 @@ svg text{font:11px system-ui,sans-serif;fill:#1d232a}
 
 
 def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+    return html.escape("" if value is None else clean(str(value)))
 
 
 def anchor(node: str) -> str:

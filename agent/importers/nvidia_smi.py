@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -1006,19 +1004,15 @@ def import_nvidia_smi(source: Path, out: Path) -> ImportResult:
 
 def _write_snapshot(out: Path, files: dict[str, str]) -> None:
     """Write into a temporary sibling directory, then rename it into place."""
+    from agent.fsutil import new_output_dir, publish_dir  # the one writer (its folder must exist: exit 2)
+
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SnapshotError("output exists and is not an empty directory; refusing to overwrite", path=str(out))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except OSError as exc:
-        raise SnapshotError(f"cannot create the snapshot: {exc.strerror or exc}", path=str(out)) from None
+    tmp = new_output_dir(out)
     try:
         for file_name, content in files.items():
-            (tmp / file_name).write_text(content, encoding="utf-8")
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        os.replace(tmp, out)
+            (tmp / file_name).write_text(content, encoding="utf-8")  # inside our private 0700 folder
+        publish_dir(tmp, out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise SnapshotError(f"cannot write the snapshot: {exc.strerror or exc}", path=str(out)) from None

@@ -1,20 +1,22 @@
-"""Report renderers: json, table, junit, prom. Each takes a finished Report."""
+"""Report renderers: json, table, junit, prom. Each takes a finished Report.
+
+Every string from outside goes through `agent.sanitise` on its way out, in every format.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from agent.engine import Report
+from agent.sanitise import clean_value
 
 FORMATS = ("table", "json", "junit", "prom")
 
 
 def render(report: Report, fmt: str, *, verbose: bool = False, color: bool = False) -> str:
     if fmt == "json":
-        return json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n"
+        return json.dumps(clean_value(report.to_json()), indent=2, sort_keys=False) + "\n"
     if fmt == "table":
         from agent.report.table import render_table
 
@@ -31,21 +33,12 @@ def render(report: Report, fmt: str, *, verbose: bool = False, color: bool = Fal
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename it into place.
+    """Write a report to a path the user named: `agent.fsutil.write_output` (the one writer).
 
-    node_exporter's textfile collector (and any reader) then sees either the
-    old file or the new one, never a half-written file.
+    A regular file is replaced atomically, so node_exporter's textfile
+    collector sees the old file or the new one, never half of one; a device
+    or FIFO is written in place; a missing folder is an error (exit 2).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from agent.fsutil import write_output
+
+    write_output(path, text)

@@ -2,6 +2,8 @@
 
 fail -> <failure>, unknown -> <error> (the check could not run), skip and
 waived -> <skipped>, warn -> passes with the message in <system-out>.
+Every text is cleaned (`agent.sanitise`): XML 1.0 cannot hold NUL, ESC and
+most other control characters even escaped, so one would make the file unreadable.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import xml.etree.ElementTree as ET
 
 from agent.engine import Report
 from agent.model import Finding, Status
+from agent.sanitise import clean
 
 
 def render_junit(report: Report) -> str:
@@ -17,34 +20,36 @@ def render_junit(report: Report) -> str:
     by_area: dict[str, list[Finding]] = {}
     for finding in report.findings:
         by_area.setdefault(finding.check.split(".", 1)[0], []).append(finding)
-    hostname = report.node.get("hostname") or "node"
+    hostname = clean(str(report.node.get("hostname") or "node"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for area, findings in sorted(by_area.items()):
-        suite = ET.SubElement(suites, "testsuite", name=f"{hostname}.{area}", hostname=str(hostname),
-                              timestamp=report.started_at)
+        suite = ET.SubElement(suites, "testsuite", name=clean(f"{hostname}.{area}"), hostname=hostname,
+                              timestamp=clean(report.started_at))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for finding in findings:
             counts["tests"] += 1
-            case = ET.SubElement(suite, "testcase", classname=finding.check, name=finding.subject, time="0")
-            detail = (f"observed: {finding.observed!r}\nexpected: {finding.expected!r}\n"
-                      f"why: {finding.reason or ''}")
+            case = ET.SubElement(suite, "testcase", classname=clean(finding.check), name=clean(finding.subject),
+                                 time="0")
+            detail = (f"observed: {clean(repr(finding.observed))}\nexpected: {clean(repr(finding.expected))}\n"
+                      f"why: {clean(finding.reason or '')}")
+            message = clean(finding.message)
             if finding.waiver:
                 counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=f"waived until {finding.waiver.expires}: "
-                                                       f"{finding.waiver.reason}")
+                ET.SubElement(case, "skipped", message=clean(f"waived until {finding.waiver.expires}: "
+                                                             f"{finding.waiver.reason}"))
             elif finding.status is Status.FAIL:
                 counts["failures"] += 1
-                node = ET.SubElement(case, "failure", message=finding.message, type=finding.severity.value)
+                node = ET.SubElement(case, "failure", message=message, type=finding.severity.value)
                 node.text = detail
             elif finding.status is Status.UNKNOWN:
                 counts["errors"] += 1
-                node = ET.SubElement(case, "error", message=finding.message, type="unknown")
+                node = ET.SubElement(case, "error", message=message, type="unknown")
                 node.text = detail
             elif finding.status is Status.SKIP:
                 counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=finding.message)
+                ET.SubElement(case, "skipped", message=message)
             elif finding.status is Status.WARN:
-                ET.SubElement(case, "system-out").text = f"WARNING: {finding.message}\n{detail}"
+                ET.SubElement(case, "system-out").text = f"WARNING: {message}\n{detail}"
         for key, value in counts.items():
             suite.set(key, str(value))
             totals[key] += value

@@ -9,6 +9,7 @@ are the contract in docs/metrics.md.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -19,6 +20,7 @@ from prometheus_client.utils import floatToGoString as _client_float
 from agent import __version__
 from agent.engine import Report
 from agent.model import Status
+from agent.sanitise import clean
 
 STATUSES = [s.value for s in Status]
 SEVERITIES = ("info", "warning", "critical")
@@ -86,8 +88,11 @@ def _go_float(value: float) -> str:
     return str(_client_float(value))  # type: ignore[no-untyped-call]
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the daemon renders the same few thousand values every scrape
 def _label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    # Cleaned first (agent.sanitise): no control characters or lone surrogates reach the exposition;
+    # a newline is kept, since the format escapes it (as prometheus-client does).
+    return clean(value, newlines=True).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def render_families(families: Iterable[Metric]) -> bytes:

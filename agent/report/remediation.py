@@ -6,28 +6,29 @@ import json
 from typing import Any
 
 from agent.remediate import RemediationResult
+from agent.sanitise import clean, clean_value
 
 
 def _short(value: Any) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{k} on {v}" for k, v in value.items())
-    return "-" if value is None else str(value)
+        return clean(", ".join(f"{k} on {v}" for k, v in value.items()))
+    return "-" if value is None else clean(str(value))
 
 
 def render_remediation(result: RemediationResult, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n"
-    lines = [f"{result.mode} for {result.target} (profile {result.profile})"
+        return json.dumps(clean_value(result.to_json()), indent=2, sort_keys=False) + "\n"
+    lines = [f"{result.mode} for {clean(result.target)} (profile {clean(result.profile)})"
              + (f", run {result.run_id}" if result.run_id else "")]
     if not result.actions:
         lines.append("  nothing to do: every remediable setting matches the profile")
     for action in result.actions:
-        lines.append(f"  {action.outcome.value:<11} {action.action_class.value:<10} {action.id}: "
+        lines.append(f"  {action.outcome.value:<11} {action.action_class.value:<10} {clean(action.id)}: "
                      f"{_short(action.before)} -> {_short(action.after)}")
         if action.refused or action.error:
-            lines.append(f"      reason: {action.refused or action.error}")
+            lines.append(f"      reason: {clean(action.refused or action.error or '')}")
         for note in action.notes:
-            lines.append(f"      note: {note}")
+            lines.append(f"      note: {clean(note)}")
     if result.mode == "plan" and any(a.outcome.value == "planned" for a in result.actions):
         lines.append("run again with --apply to make these changes")
     if result.reboot_required:

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 from agent.facts import FabricFacts, KmsgRecord, NvSwitchError
 from agent.model import Unknown
-from agent.sources.fsroot import FsRoot, LiveFs, RecordingFs, SnapshotFs
+from agent.sources.fsroot import FsRoot, LiveFs, RecordingFs, SnapshotFs, read_tail_fd
 
 FM_SERVICE = "nvidia-fabricmanager.service"
 CGROUP_V2_SLICE = "/sys/fs/cgroup/system.slice"
@@ -114,49 +114,33 @@ def _scan_proc(fs: FsRoot) -> tuple[str | Unknown, str]:
 # --- bounded tail read --------------------------------------------------------------------------
 
 
-def _host_path(fs: FsRoot, path: str) -> str | None:
-    """Where `path` of this root lives on this machine, for roots the tail reader can seek in."""
+def _open_tail(fs: FsRoot, path: str) -> int | None:
+    """A descriptor of `path` for roots the tail reader can seek in; None for other roots.
+
+    In a snapshot the file is opened inside fs/ only (no real symlink followed, no FIFO or device opened).
+    """
     if not path.startswith("/") or "\x00" in path:
         raise ValueError(f"not an absolute path: {path!r}")
-    if isinstance(fs, LiveFs):
-        return path if fs.root == "/" else os.path.join(fs.root, path.lstrip("/"))
     if isinstance(fs, SnapshotFs):
-        rel = fs.resolve(path)
-        code = fs.errors.get(rel)
-        if code is not None:
-            num = getattr(errno, code, errno.EIO)
-            raise OSError(num, os.strerror(num), path)
-        return f"{fs.base}/{rel}"
+        return fs.open_file(path)
+    if isinstance(fs, LiveFs):
+        real = path if fs.root == "/" else os.path.join(fs.root, path.lstrip("/"))
+        try:
+            return os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
     return None
 
 
-def _tail_of(real: str, path: str, limit: int) -> tuple[bytes, int, int]:
-    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+def _tail_of(fd: int, path: str, limit: int) -> tuple[bytes, int, int]:
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
-        size = info.st_size
-        start = max(0, size - limit)
-        if start:
-            os.lseek(fd, start, os.SEEK_SET)
-        chunks: list[bytes] = []
-        total = 0
-        while total < limit:
-            chunk = os.read(fd, min(1 << 16, limit - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
+        return read_tail_fd(fd, limit)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, path) from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
-    if start:  # begin at the first full line
-        cut = data.find(b"\n")
-        data = data[cut + 1:] if cut >= 0 else b""
-    return data, size, total
 
 
 def read_tail(fs: FsRoot, path: str, limit: int = FM_LOG_TAIL_BYTES) -> tuple[bytes, int, int]:
@@ -176,15 +160,15 @@ def read_tail(fs: FsRoot, path: str, limit: int = FM_LOG_TAIL_BYTES) -> tuple[by
             raise
         fs.files[key] = data
         return data, size, read
-    real = _host_path(fs, path)
-    if real is None:  # another root: its own bounded read, then the tail of that
+    fd = _open_tail(fs, path)
+    if fd is None:  # another root: its own bounded read, then the tail of that
         data = fs.read_bytes(path)
         tail = data[-limit:]
         if len(data) > limit:
             cut = tail.find(b"\n")
             tail = tail[cut + 1:] if cut >= 0 else b""
         return tail, len(data), len(data)
-    return _tail_of(real, path, limit)
+    return _tail_of(fd, path, limit)
 
 
 # --- Fabric Manager log -------------------------------------------------------------------------

@@ -5,29 +5,46 @@ own /proc and /sys; `SnapshotFs` reads a snapshot's fake root, where symlinks
 are kept in `fs_links.json` instead of real links (wheels, zip files and
 some copy tools cannot carry symlinks); `RecordingFs` wraps a live root and
 remembers every answer so `snapshot capture` stores exactly what was read.
+
+A snapshot is untrusted input (a customer's files): `SnapshotFs` never leaves
+its fs/ folder. Recorded links resolve lexically inside it (`..` stops at its
+root, an absolute target starts there); the folder is then walked one
+component at a time with O_NOFOLLOW, so a real OS symlink inside it is refused
+(it could point anywhere on the auditor's machine), and only directories and
+regular files are opened (a FIFO, socket or device is refused, never opened).
+Every read is bounded: a whole-file read past `MAX_FILE_BYTES` is refused
+(`EFBIG`, "exceeds 1 MiB"), logs are read as a bounded tail (`read_tail_fd`).
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import posixpath
+import stat
 from pathlib import Path
 from typing import Protocol
 
 from agent.errors import SnapshotError
+from agent.jsonfile import load_json_file
 
 _MAX_LINK_HOPS = 40  # the kernel's own limit on symlink hops (MAXSYMLINKS)
-MAX_FILE_BYTES = 4 * 1024 * 1024  # no kernel attribute we read is larger
+MAX_FILE_BYTES = 1 << 20  # a whole-file read (a sysfs/procfs value) larger than this is refused
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 class FsRoot(Protocol):
-    """Read-only view of a root file system. Paths are absolute ("/proc/..")."""
+    """Read-only view of a root file system. Paths are absolute ("/proc/..").
+
+    `read_bytes(path)` reads the whole file and raises OSError(EFBIG) when it
+    holds more than MAX_FILE_BYTES; `read_bytes(path, limit)` reads at most
+    `limit` bytes from the start (a header, a pid list) and never raises for size.
+    """
 
     description: str
 
-    def read_bytes(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes: ...
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes: ...
 
     def listdir(self, path: str) -> list[str]: ...
 
@@ -46,6 +63,85 @@ def _check_abs(path: str) -> None:
         raise ValueError(f"not an absolute path: {path!r}")
 
 
+def _read_fd(fd: int, path: str, limit: int | None) -> bytes:
+    """`limit` bytes at most; None: the whole file, refused (EFBIG) past MAX_FILE_BYTES."""
+    want = MAX_FILE_BYTES + 1 if limit is None else limit
+    chunks: list[bytes] = []
+    total = 0
+    while total < want:
+        chunk = os.read(fd, min(65536, want - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if limit is None and total > MAX_FILE_BYTES:
+        raise OSError(errno.EFBIG, f"exceeds {MAX_FILE_BYTES >> 20} MiB: not read (no kernel value is that large)",
+                      path)
+    return b"".join(chunks)
+
+
+def read_tail_fd(fd: int, limit: int) -> tuple[bytes, int, int]:
+    """The last `limit` bytes of the regular file open at `fd`, from its first full line on.
+
+    Returns (data, file size, bytes read); memory stays within `limit` however large the file.
+    """
+    size = os.fstat(fd).st_size
+    start = max(0, size - limit)
+    if start:
+        os.lseek(fd, start, os.SEEK_SET)
+    data = _read_fd(fd, "", limit)
+    read = len(data)
+    if start:  # begin at the first full line
+        cut = data.find(b"\n")
+        data = data[cut + 1:] if cut >= 0 else b""
+    return data, size, read
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+class RefusedEntry(SnapshotError, OSError):
+    """A snapshot entry that is not followed or opened (a real symlink, a FIFO, a device).
+
+    An OSError, so the readers turn it into an unknown finding naming the file and
+    a remediation step into a failed action; a SnapshotError, so where nothing
+    catches it (planning) the CLI prints one line and exits 2.
+    """
+
+    def __init__(self, err: int, message: str, path: str) -> None:
+        OSError.__init__(self, err, message, path)
+        self.path, self.line = path, None
+
+    @property
+    def message(self) -> str:
+        return str(self.strerror)
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def _refusal(mode: int, shown: str, path: str) -> OSError:
+    """Why a snapshot entry is not opened: a RefusedEntry naming it (IsADirectoryError for a folder)."""
+    if stat.S_ISDIR(mode):
+        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if stat.S_ISLNK(mode):
+        return RefusedEntry(errno.ELOOP, f"refused: {shown} is a symlink inside the snapshot (a snapshot keeps "
+                                         "its links in fs_links.json; a real link could point outside it)", path)
+    return RefusedEntry(errno.EINVAL, f"refused: {shown} is {_kind(mode)}, not a regular file (not opened)", path)
+
+
+def _lstat_at(dir_fd: int, name: str, path: str) -> int:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, path) from None
+
+
 class LiveFs:
     """The machine's own root file system."""
 
@@ -57,19 +153,11 @@ class LiveFs:
         _check_abs(path)
         return path if self.root == "/" else os.path.join(self.root, path.lstrip("/"))
 
-    def read_bytes(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
         # Non-blocking open: a FIFO or a device node must not hang the audit.
         fd = os.open(self._p(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            chunks: list[bytes] = []
-            total = 0
-            while total < limit:
-                chunk = os.read(fd, min(65536, limit - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-            return b"".join(chunks)
+            return _read_fd(fd, path, limit)
         finally:
             os.close(fd)
 
@@ -102,7 +190,14 @@ class SnapshotFs:
         self.base = snapshot_dir / "fs"
         self._base = str(self.base)
         self.description = f"snapshot:{snapshot_dir}"
-        if not self.base.is_dir():
+        try:
+            mode = os.lstat(self.base).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISLNK(mode):
+            raise SnapshotError("fs/ is a symlink: refused (a snapshot is read only inside its folder)",
+                                path=str(snapshot_dir))
+        if not stat.S_ISDIR(mode):
             raise SnapshotError("snapshot has no fs/ directory", path=str(snapshot_dir))
         self.links = _load_json_map(snapshot_dir / self.LINKS_FILE)
         self.errors = _load_json_map(snapshot_dir / self.ERRORS_FILE)
@@ -111,11 +206,96 @@ class SnapshotFs:
         self._dir_cache: dict[str, str] = {}
         for link in self.links:
             parent, _, name = link.rpartition("/")
-            self._link_children.setdefault(parent, set()).add(name)
+            if name not in ("", ".", ".."):  # a hostile key must not list "." or ".." as an entry
+                self._link_children.setdefault(parent, set()).add(name)
 
     def resolve(self, path: str) -> str:
         """`path` with recorded links resolved, relative to fs/ (for writers)."""
         return self._resolve(path)
+
+    def write_path(self, path: str) -> str:
+        """The file behind `path` for a writer (remediate --snapshot): always inside fs/.
+
+        The parent's recorded links are resolved (clamped to fs/); every folder on the
+        way that exists must be a real folder (a symlink is refused: it could lead out
+        of the snapshot), and an existing last component a regular file or folder.
+        """
+        _check_abs(path)
+        parent, _, name = path.rpartition("/")
+        if name in ("", ".", ".."):
+            raise ValueError(f"refusing path {path!r}")
+        rel = self._resolve(parent) if parent else ""
+        parts = rel.split("/") if rel else []
+        fd = os.open(self._base, _DIR_FLAGS)
+        try:
+            for i, part in enumerate(parts):
+                try:
+                    new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    break  # the writer creates the rest: new folders, holding no links
+                except OSError as exc:
+                    mode = _lstat_at(fd, part, path)
+                    if stat.S_ISLNK(mode):
+                        raise _refusal(mode, "fs/" + "/".join(parts[:i + 1]), path) from None
+                    raise OSError(exc.errno, exc.strerror, path) from None
+                os.close(fd)
+                fd = new
+            else:
+                try:
+                    mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    mode = stat.S_IFREG
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise _refusal(mode, "fs/" + "/".join([*parts, name]), path)
+        finally:
+            os.close(fd)
+        return os.path.join(self._base, rel, name)
+
+    def open_file(self, path: str) -> int:
+        """A descriptor of the regular file at `path` (recorded links resolved, errors replayed).
+
+        Never follows a real symlink nor opens a FIFO, socket or device (OSError naming it).
+        """
+        rel = self._resolve(path)
+        self._raise_recorded_error(rel, path)
+        return self._open_rel(rel, path)
+
+    def _open_rel(self, rel: str, path: str, directory: bool = False) -> int:
+        """Open fs/`rel` one component at a time with O_NOFOLLOW: nothing outside fs/ is ever reached.
+
+        A real symlink on the way is refused, the last component is opened only if it
+        is a directory (`directory`) or a regular file (checked before the open, so a
+        device is never opened, and again on the descriptor).
+        """
+        parts = rel.split("/") if rel else []
+        try:
+            fd = os.open(self._base, _DIR_FLAGS)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+        try:
+            for i, part in enumerate(parts):
+                shown = "fs/" + "/".join(parts[:i + 1])
+                file = not directory and i == len(parts) - 1
+                if file and not stat.S_ISREG(mode := _lstat_at(fd, part, path)):
+                    raise _refusal(mode, shown, path)
+                try:
+                    new = os.open(part, _FILE_FLAGS if file else _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    # O_NOFOLLOW fails with ELOOP (ENOTDIR with O_DIRECTORY) on a symlink: say so.
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(mode := _lstat_at(fd, part, path)):
+                        raise _refusal(mode, shown, path) from None
+                    raise OSError(exc.errno, exc.strerror, path) from None
+                os.close(fd)
+                fd = new
+            mode = os.fstat(fd).st_mode
+            if directory and not stat.S_ISDIR(mode):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+            if not directory and not stat.S_ISREG(mode):
+                raise _refusal(mode, "fs/" + rel, path)
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
 
     def _resolve(self, path: str, follow_last: bool = True) -> str:
         """Resolve `path` lexically against the link map, clamped at the root."""
@@ -177,36 +357,31 @@ class SnapshotFs:
             num = getattr(errno, code, errno.EIO)
             raise OSError(num, os.strerror(num), path)
 
-    def read_bytes(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes:
-        rel = self._resolve(path)
-        if self.errors:
-            self._raise_recorded_error(rel, path)
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        # os.open/os.read: a snapshot holds thousands of tiny files and the
+        # buffered-file machinery costs more than the read itself.
+        fd = self.open_file(path)
         try:
-            # os.open/os.read: a snapshot holds thousands of tiny files and the
-            # buffered-file machinery costs more than the read itself.
-            fd = os.open(f"{self._base}/{rel}", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, path) from None
-        try:
-            chunks = [os.read(fd, min(limit, 65536))]
-            while chunks[-1] and sum(map(len, chunks)) < limit:
-                chunks.append(os.read(fd, 65536))
+            return _read_fd(fd, path, limit)
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, path) from None
         finally:
             os.close(fd)
-        return b"".join(chunks)[:limit]
 
     def listdir(self, path: str) -> list[str]:
         rel = self._resolve(path)
         self._raise_recorded_error(rel, path)
         names: set[str] = set(self._link_children.get(rel, ()))
-        full = self.base / rel
         try:
-            names.update(n for n in os.listdir(full) if n != ".keep")
+            fd = self._open_rel(rel, path, directory=True)
         except FileNotFoundError:
             if not names:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from None
+            return sorted(names)
+        try:
+            names.update(n for n in os.listdir(fd) if n != ".keep")
+        finally:
+            os.close(fd)
         return sorted(names)
 
     def readlink(self, path: str) -> str:
@@ -222,15 +397,24 @@ class SnapshotFs:
             rel = self._resolve(path)
         except OSError:  # a link loop is "not a directory", as os.path.isdir says
             return False
-        return rel in self._link_children or (self.base / rel).is_dir()
+        if rel in self._link_children:
+            return True
+        try:
+            os.close(self._open_rel(rel, path, directory=True))
+        except OSError:  # absent, a file, or a real symlink (refused)
+            return False
+        return True
 
 
 def _load_json_map(path: Path) -> dict[str, str]:
-    if not path.exists():
-        return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise SnapshotError("a symlink: refused (a snapshot is read only inside its folder)", path=str(path))
+    except FileNotFoundError:
+        return {}
+    try:  # a path -> target map (depth 1); a whole recorded /sys holds ~100 KB of links
+        data = load_json_file(path, max_bytes=64 << 20, max_depth=4)
+    except OSError as exc:
         raise SnapshotError(f"unreadable: {exc}", path=str(path)) from None
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in data.items()
@@ -284,7 +468,7 @@ class RecordingFs:
         if name and exc.errno != errno.ENOENT:
             self.errors[self.inner.realpath(path).lstrip("/")] = name
 
-    def read_bytes(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
         self._record_links_on(path)
         try:
             data = self.inner.read_bytes(path, limit)

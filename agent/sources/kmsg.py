@@ -1,35 +1,63 @@
 """Kernel log: /dev/kmsg live, kmsg.txt in a snapshot, or a dmesg dump.
 
 The parser accepts the /dev/kmsg record format ("PRI,SEQ,TS_USEC,FLAGS;msg"),
-`dmesg` output ("[  12.345678] msg") and `dmesg --time-format=iso`, because
-support engineers receive all three.
+`dmesg` output ("[  12.345678] msg"), `dmesg -T` ("[Thu Jul 18 16:03:50 2024] msg"),
+`dmesg --time-format=iso`, each optionally `--decode`d, and `journalctl -k` in
+the `short-iso`, `short-precise` and `short` outputs (the "HOST kernel: " prefix
+is dropped), because support engineers receive all of them.
+
+Time: /dev/kmsg and plain dmesg carry seconds since boot (`ts_usec`): a log of
+one boot. When that clock goes back (a log that concatenates boots), the
+records before the last restart belong to earlier boots (`boot_start`). The
+other formats carry a wall-clock stamp (`wall`, kept as printed) that
+`wall_time` reads, and `predates_boot` compares with the boot time, which is the
+observation time (now, or a snapshot's captured_at) minus /proc/uptime.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import os
 import re
 import select
+import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from agent.facts import KmsgRecord
 from agent.model import Unknown
+from agent.sources.fsroot import read_tail_fd
 
 KMSG_DEVICE = "/dev/kmsg"
 MAX_RECORDS = 200_000  # the kernel ring buffer holds far fewer; bound memory anyway
+KMSG_TAIL_BYTES = 16 << 20  # a recorded log is read from its last 16 MiB (the largest common ring buffer)
 _RECORD_BYTES = 8192  # /dev/kmsg returns one record per read; EINVAL if the buffer is smaller
 
 _KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
 _DMESG_RE = re.compile(r"^\[\s*(\d+)\.(\d+)\]\s?(.*)$")
-_ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[,.]\d+[+-]\d{2}:?\d{2}\s(.*)$")
+# dmesg --time-format=iso "2024-11-15T05:39:15,491363+00:00 msg"; journalctl -o short-iso "2025-01-02T15:20:12+0800 "
+_ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s(.*)$")
+_ISO_PARTS_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[,.](\d+))?"
+                           r"(Z|([+-])(\d{2}):?(\d{2}))?$")
+# dmesg -T / --ctime "[Thu Jul 18 16:03:50 2024] msg" (local time, no zone)
+_CTIME_RE = re.compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?(.*)$")
+# journalctl -o short-precise / short, syslog: "Jan 02 15:20:12.123456 HOST kernel: msg" (local time, no year)
+_SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+ kernel: .*)$")
+_MONTH_DAY_RE = re.compile(r"^(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+                           r"(?: (\d{4}))?$")
+_JOURNAL_HOST_RE = re.compile(r"^\S+ kernel: (.*)$")
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                                       "Dec"), start=1)}
 # `dmesg --decode`: "kern  :warn  : <rest>"
 _DECODED_RE = re.compile(r"^([a-z]+)\s*:([a-z]+)\s*: (.*)$")
 _LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
+BOOT_RESET_USEC = 1_000_000  # the since-boot clock going back by more than this: a later boot's records
+CLOCK_SLACK = dt.timedelta(minutes=10)  # clock steps after boot (NTP) and the capture's own duration
+TZ_SLACK = dt.timedelta(hours=14)  # stamps without a zone are node-local: no zone is more than 14 h from UTC
 
 
 def parse_kmsg_line(line: str) -> KmsgRecord | None:
@@ -50,15 +78,111 @@ def parse_kmsg_line(line: str) -> KmsgRecord | None:
         inner = parse_kmsg_line(decoded.group(3))
         if inner is not None:
             level = _LEVELS[decoded.group(2)]
-            return KmsgRecord(message=inner.message, priority=level, ts_usec=inner.ts_usec)
+            return KmsgRecord(message=inner.message, priority=level, ts_usec=inner.ts_usec, wall=inner.wall)
     match = _DMESG_RE.match(line)
     if match:
-        usec = int(match.group(1)) * 1_000_000 + int(match.group(2).ljust(6, "0")[:6])
-        return KmsgRecord(message=match.group(3), ts_usec=usec)
-    match = _ISO_RE.match(line)
+        return KmsgRecord(message=match.group(3), ts_usec=_usec(match))
+    match = _CTIME_RE.match(line)
     if match:
-        return KmsgRecord(message=match.group(1))
+        return KmsgRecord(message=match.group(2), wall=match.group(1))
+    match = _ISO_RE.match(line) or _SYSLOG_RE.match(line)
+    if match:
+        return _stamped(match.group(1), match.group(2))
     return KmsgRecord(message=line)
+
+
+def _usec(match: re.Match[str]) -> int:
+    return int(match.group(1)) * 1_000_000 + int(match.group(2).ljust(6, "0")[:6])
+
+
+def _stamped(stamp: str, rest: str) -> KmsgRecord:
+    """A record with a wall-clock stamp; journalctl's "HOST kernel: " and a printk time after it are read too."""
+    if host := _JOURNAL_HOST_RE.match(rest):
+        rest = host.group(1)
+    if mono := _DMESG_RE.match(rest):
+        return KmsgRecord(message=mono.group(3), ts_usec=_usec(mono), wall=stamp)
+    return KmsgRecord(message=rest, wall=stamp)
+
+
+def wall_time(stamp: str | None, reference: dt.datetime | None = None) -> dt.datetime | None:
+    """A record's wall-clock stamp as a datetime: aware where the stamp names its zone, else naive local time.
+
+    Stamps without a year (journalctl short-precise, syslog) take the year of `reference` (the
+    observation time), or the year before when that would put them more than a day after it;
+    without a reference they are None. None also for a stamp that is not a date.
+    """
+    if not stamp:
+        return None
+    if iso := _ISO_PARTS_RE.match(stamp):
+        year, month, day, hour, minute, second, fraction, zone, sign, zh, zm = iso.groups()
+        tz: dt.tzinfo | None = None
+        if zone == "Z":
+            tz = dt.timezone.utc
+        elif zone:
+            offset = dt.timedelta(hours=int(zh), minutes=int(zm))
+            tz = dt.timezone(-offset if sign == "-" else offset)
+        try:
+            return dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                               int((fraction or "0").ljust(6, "0")[:6]), tzinfo=tz)
+        except ValueError:
+            return None
+    parts = _MONTH_DAY_RE.match(stamp)
+    if not parts or parts.group(1) not in _MONTHS:
+        return None
+    month_name, day, hour, minute, second, fraction, year = parts.groups()
+    if year is None and reference is None:
+        return None
+    local_ref = reference.replace(tzinfo=None) if reference is not None else None
+    try:
+        when = dt.datetime(int(year) if year else 2000, _MONTHS[month_name], int(day), int(hour), int(minute),
+                           int(second), int((fraction or "0").ljust(6, "0")[:6]))
+        if year is None and local_ref is not None:
+            when = when.replace(year=local_ref.year)
+            if when > local_ref + dt.timedelta(days=1):
+                when = when.replace(year=local_ref.year - 1)
+    except ValueError:  # 29 Feb in a year without one
+        return None
+    return when
+
+
+def boot_time(observed_at: dt.datetime | None, uptime_s: float | None) -> dt.datetime | None:
+    """When the node booted (aware UTC): the observation time minus /proc/uptime."""
+    if observed_at is None or uptime_s is None:
+        return None
+    observed = observed_at if observed_at.tzinfo else observed_at.replace(tzinfo=dt.timezone.utc)
+    return observed.astimezone(dt.timezone.utc) - dt.timedelta(seconds=uptime_s)
+
+
+def predates_boot(stamp: str | None, boot: dt.datetime | None, reference: dt.datetime | None = None) -> bool:
+    """Whether a record's wall-clock stamp is older than the boot (with slack for clock steps and zones).
+
+    A stamp without a zone is node-local time: it predates the boot only when it is older in every
+    time zone. Records without a stamp, or an unknown boot time, never predate it.
+    """
+    when = wall_time(stamp, reference)
+    if when is None or boot is None:
+        return False
+    if when.tzinfo is not None:
+        return when < boot - CLOCK_SLACK
+    return when < boot.astimezone(dt.timezone.utc).replace(tzinfo=None) - TZ_SLACK - CLOCK_SLACK
+
+
+def boot_start(records: Sequence[KmsgRecord]) -> int:
+    """Index of the first record of the last boot in `records`: where the since-boot clock last went back.
+
+    Records without a since-boot time (wall-clock formats) neither start nor end a boot here.
+    """
+    start, high = 0, -1
+    for index, record in enumerate(records):
+        ts = record.ts_usec
+        if ts is None:
+            continue
+        if ts + BOOT_RESET_USEC < high:
+            start = index
+            high = ts
+        else:
+            high = max(high, ts)
+    return start
 
 
 def parse_kmsg_text(lines: Iterable[str]) -> tuple[KmsgRecord, ...]:
@@ -72,13 +196,37 @@ def parse_kmsg_text(lines: Iterable[str]) -> tuple[KmsgRecord, ...]:
     return tuple(records)
 
 
-def read_recorded_kmsg(path: Path) -> tuple[KmsgRecord, ...] | Unknown:
+def open_recorded_log(path: str | Path) -> int:
+    """A descriptor of a recorded kernel log: a regular file, never through a symlink (a snapshot is untrusted).
+
+    The type is checked before the open, so a FIFO or device planted as kmsg.txt is never opened.
+    """
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a symlink" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise OSError(errno.EINVAL, f"refused: {kind}, not a regular file (not opened)", str(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "refused: not a regular file (not opened)", str(path))
+    return fd
+
+
+def read_recorded_kmsg(path: Path) -> tuple[KmsgRecord, ...] | Unknown:
+    """The records of a recorded log's last KMSG_TAIL_BYTES (a log of any size costs bounded memory)."""
+    try:
+        fd = open_recorded_log(path)
+        try:
+            data, _size, _read = read_tail_fd(fd, KMSG_TAIL_BYTES)
+        finally:
+            os.close(fd)
     except OSError as exc:
         return Unknown(f"{path}: {exc.strerror}")
     text = data.decode("utf-8", "backslashreplace")
+    del data
     return parse_kmsg_text(text.splitlines())
 
 
@@ -208,16 +356,24 @@ class KmsgFollower:
         offset, partial = 0, b""
         self._deliver([])
         while not self._stop.is_set():
-            size = os.stat(self.path).st_size
-            if size < offset:  # replaced or truncated: start over (the counters keep what they saw)
-                offset, partial = 0, b""
-                with self._lock:
-                    self.records.clear()
-            if size > offset:
-                with open(self.path, "rb") as handle:
-                    handle.seek(offset)
-                    data = handle.read(size - offset)
+            fd = open_recorded_log(self.path)
+            try:
+                size = os.fstat(fd).st_size
+                if size < offset:  # replaced or truncated: start over (the counters keep what they saw)
+                    offset, partial = 0, b""
+                    with self._lock:
+                        self.records.clear()
+                skip = size - offset > KMSG_TAIL_BYTES  # more than a tail to catch up on: only the tail
+                if skip:
+                    offset, partial = size - KMSG_TAIL_BYTES, b""
+                data = os.pread(fd, size - offset, offset) if size > offset else b""
+            finally:
+                os.close(fd)
+            if data:
                 offset += len(data)
+                if skip:  # begin at the first full line
+                    cut = data.find(b"\n")
+                    data = data[cut + 1:] if cut >= 0 else b""
                 data, partial = partial + data, b""
                 if not data.endswith(b"\n"):
                     data, _, partial = data.rpartition(b"\n")

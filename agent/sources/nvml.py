@@ -31,6 +31,7 @@ from typing import Any, TypeGuard
 
 from agent.errors import SnapshotError
 from agent.facts import GpuFacts, NvmlFacts
+from agent.jsonfile import load_json_file
 from agent.model import SourceStatus, Unknown, Unsupported
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -586,9 +587,9 @@ class RecordedNvml:
 
     @classmethod
     def from_file(cls, path: Path) -> RecordedNvml:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        try:  # 8 GPUs record ~40 KB, 5 levels deep
+            data = load_json_file(path, max_bytes=32 << 20, max_depth=32)
+        except OSError as exc:
             raise SnapshotError(f"unreadable NVML recording: {exc}", path=str(path)) from None
         if not isinstance(data, dict):
             raise SnapshotError("an NVML recording is a JSON object", path=str(path))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import re
 import threading
 import time
@@ -31,28 +32,23 @@ import warnings
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from agent.errors import ConfigError
-from agent.facts import (
-    BiosSettings,
-    BmcFacts,
-    BmcFan,
-    BmcGpu,
-    BmcLeakDetector,
-    BmcLogEntry,
-    BmcPsu,
-    BmcRedundancy,
-    BmcSwitch,
-    BmcTemperature,
-    FirmwareItem,
-)
-from agent.model import SourceStatus, Unknown, Unsupported
+from agent.facts import BmcFacts
+from agent.jsonfile import load_json_bytes, load_json_file
+from agent.model import SourceStatus, Unknown
+from agent.sources.redfish_parse import parse_bmc as parse_bmc  # noqa: PLC0414 - re-exported
 
+T = TypeVar("T")
 ROOT = "/redfish/v1"
 # Resource paths from the BMC are validated before they become URLs or files.
 _PATH_RE = re.compile(r"^/redfish/v1(?:/[A-Za-z0-9_.\-:@%!$()*+,;=~]+)*$")
 MAX_LOG_ENTRIES = 100  # per log service: enough to judge, bounded for BMCs with huge SELs
+# Fan-out bounds: the largest real tree we hold (an HPE iLO 6 with two GPUs) has ~400 resources.
+MAX_RESOURCES = 4000  # per walk
+MAX_COLLECTION_MEMBERS = 512  # followed per collection (a real one holds at most a few hundred)
+MAX_MEMBERS_KEPT = 20_000  # collection members kept over a whole walk (memory: ~200 bytes each)
 
 
 class RedfishError(Exception):
@@ -82,9 +78,18 @@ class Transport(Protocol):
 
 
 def valid_path(path: str) -> str:
-    """A BMC-supplied @odata.id, without fragment, checked before use."""
+    """A BMC-supplied @odata.id, without fragment, checked before it becomes a URL or a file name.
+
+    Percent-encoding is checked decoded too: `%2e%2e` is `..` to a server and `%2f` a separator
+    in a recording's file name, and control characters have no place in either.
+    """
+    if not isinstance(path, str) or len(path) > 1024:
+        raise RedfishError(str(path)[:80], "refusing an unexpected resource path")
     clean = path.split("#", 1)[0].rstrip("/")
-    if not _PATH_RE.match(clean) or "/../" in f"{clean}/" or "/./" in f"{clean}/":
+    decoded = urllib.parse.unquote(clean)
+    segments = decoded.split("/")
+    if (not _PATH_RE.match(clean) or any(s in ("..", ".") for s in segments) or "%2f" in clean.lower()
+            or "\\" in decoded or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in decoded)):
         raise RedfishError(path, "refusing an unexpected resource path")
     return clean
 
@@ -97,8 +102,11 @@ class LiveRedfish:
 
     def __init__(self, url: str, user: str, password: str, *, ca_file: str | None = None,
                  insecure: bool = False, timeout_s: float = 10.0, retries: int = 2,
-                 backoff_s: float = 0.3) -> None:
+                 backoff_s: float = 0.3, concurrency: int = 4, deadline_s: float | None = None,
+                 max_body_bytes: int | None = None) -> None:
         import redfish  # only when a BMC is actually read
+
+        from agent.sources.redfish_http import DEFAULT_MAX_BODY_BYTES, BoundedSession
 
         if not re.match(r"^https?://[A-Za-z0-9.\-:\[\]]+(:\d+)?/?$", url):
             raise ConfigError(f"BMC URL must be http(s)://host[:port], got {url!r}")
@@ -120,6 +128,14 @@ class LiveRedfish:
                 cafile=cafile, timeout=timeout_s, max_retry=0, check_connectivity=False)
         except Exception as exc:  # noqa: BLE001 - the library raises many types; report, never crash
             raise RedfishError(ROOT, _describe(exc)) from None
+        # Every request of the library (login included) goes through this session: no redirects,
+        # a capped body, one total deadline and a pool the size of the walk's concurrency. The
+        # library has no public hook for it; its `_session` attribute is the requests.Session.
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        self.session = BoundedSession(pool_size=concurrency, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+                                      deadline=deadline)
+        self._client._session = self.session
+        self.cleartext = self.url.startswith("http://")
         self._login()
 
     def _advertises_sessions(self) -> bool:
@@ -132,8 +148,20 @@ class LiveRedfish:
             # The library's own root read (it keeps it for login, so this costs no extra request).
             self._client.get_root_object()
             response = self._client.root_resp
-            root = json.loads(response.text) if int(response.status) == 200 else None
-        except Exception:  # noqa: BLE001 - unreadable root: let the login attempt decide
+            status = int(response.status)
+            root = load_json_bytes(response.text, what=ROOT) if status == 200 else None
+        except Exception as exc:  # noqa: BLE001 - unreadable root: let the login attempt decide
+            bound = _bound_broken(exc)
+            if bound is not None:
+                raise RedfishError(ROOT, bound) from None
+            response = getattr(exc, "response", None)  # the library's ServerDownOrUnreachableError carries it
+            status = int(getattr(response, "status", 0) or 0)
+            if not 300 <= status < 400:
+                return True
+        if 300 <= status < 400:  # never log in to wherever a redirect points
+            raise RedfishError(ROOT, f"HTTP {status}: redirect not followed (to "
+                               f"{_redirect_origin(response, self.url)})", status)
+        if status != 200:
             return True
         if not isinstance(root, dict):
             return True
@@ -180,20 +208,23 @@ class LiveRedfish:
                 response = self._client.get(path, args=args, timeout=self.timeout_s, max_retry=0)
             except Exception as exc:  # noqa: BLE001 - connection errors, timeouts, resets
                 reason = _describe(exc)
-                if attempt <= self.retries:
+                if attempt <= self.retries and _bound_broken(exc) is None:
                     time.sleep(self.backoff_s * attempt)
                     continue
                 raise RedfishError(path, reason) from None
             status = int(response.status)
             if status in (401, 403):
                 raise AuthFailed(path, f"HTTP {status}: not authorised", status)
+            if 300 <= status < 400:
+                raise RedfishError(path, f"HTTP {status}: redirect not followed (to "
+                                   f"{_redirect_origin(response, self.url)})", status)
             if status >= 500 and attempt <= self.retries:
                 time.sleep(self.backoff_s * attempt)
                 continue
             if status != 200:
                 raise RedfishError(path, f"HTTP {status}{_error_message(response)}", status)
             try:
-                body = json.loads(response.text)
+                body = load_json_bytes(response.text, what=path, max_bytes=32 << 20)
             except (ValueError, TypeError):
                 raise RedfishError(path, "the response is not JSON", status) from None
             if not isinstance(body, dict):
@@ -224,8 +255,34 @@ class LiveRedfish:
             self._client.logout()
 
 
+def _bound_broken(exc: BaseException) -> str | None:
+    """The reason of the size or deadline bound (redfish_http) this failure came from, if any."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        reason = getattr(seen, "bound_reason", None)
+        if isinstance(reason, str):
+            return reason
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _redirect_origin(response: Any, own: str) -> str:
+    """Where a 3xx pointed, as origin only (a Location may carry a token in its query)."""
+    location = str(response.getheader("Location") or "")
+    parts = urllib.parse.urlsplit(location)
+    if not parts.netloc:
+        return "the same BMC"
+    origin = f"{parts.scheme}://{parts.hostname}"
+    return "the same BMC" if f"{parts.scheme}://{parts.netloc}" == own else origin
+
+
 def _describe(exc: BaseException) -> str:
     """Reason text without credentials: the library's exceptions can carry URLs and headers."""
+    bound = _bound_broken(exc)
+    if bound is not None:
+        return bound
     cause = exc.__cause__ or exc.__context__
     if type(exc).__name__ == "RetriesExhaustedError" and cause is not None:
         exc = cause
@@ -254,7 +311,7 @@ def _location_path(location: str | None) -> str | None:
 
 def _error_message(response: Any) -> str:
     try:
-        body = json.loads(response.text)
+        body = load_json_bytes(response.text, what="error body", max_bytes=1 << 20)
         info = body.get("error", {}).get("@Message.ExtendedInfo") or [{}]
         message = info[0].get("Message") or body.get("error", {}).get("message")
         return f" ({message})" if message else ""
@@ -278,9 +335,9 @@ class RecordedRedfish:
         clean = valid_path(path)
         file = self.base / clean.lstrip("/") / "index.json"
         try:
-            body = json.loads(file.read_text(encoding="utf-8"))
+            body = load_json_file(file, max_bytes=32 << 20)
         except FileNotFoundError:
-            raise RedfishError(path, "HTTP 404 (not in this recording)", 404) from None
+            raise _recorded_error(path, file.parent) from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise RedfishError(path, f"unreadable recording: {exc}") from None
         if not isinstance(body, dict):
@@ -289,6 +346,20 @@ class RecordedRedfish:
 
     def close(self) -> None:
         return None
+
+
+def _recorded_error(path: str, folder: Path) -> RedfishError:
+    """A resource the recording does not hold, or the error the BMC answered when it was captured.
+
+    The DMTF Mockup Creator writes `error.txt` ("HTTP 500" and the body) where a GET failed.
+    """
+    try:
+        first = (folder / "error.txt").read_text(encoding="utf-8", errors="replace")[:200].splitlines()[0]
+    except (OSError, IndexError):
+        return RedfishError(path, "HTTP 404 (not in this recording)", 404)
+    match = re.match(r"^HTTP (\d{3})\b", first.strip())
+    status = int(match.group(1)) if match else None
+    return RedfishError(path, f"HTTP {status} when recorded" if status else "an error when recorded", status)
 
 
 class RecordingRedfish:
@@ -339,7 +410,8 @@ def _link(resource: dict[str, Any], *keys: str) -> str | None:
 
 def _members(collection: dict[str, Any]) -> list[str]:
     out = []
-    for member in collection.get("Members") or []:
+    members = collection.get("Members")
+    for member in members if isinstance(members, list) else []:  # "Members": 1 is the parser's problem
         if isinstance(member, dict) and isinstance(member.get("@odata.id"), str):
             out.append(member["@odata.id"])
     return list(dict.fromkeys(out))  # some BMCs list a member twice
@@ -362,11 +434,17 @@ def _children(path: str, body: dict[str, Any]) -> list[str]:
     links: list[str | None] = []
     if "ComputerSystem." in kind:
         links = [_link(body, "Bios"), _link(body, "Processors"), _link(body, "LogServices")]
+        if _unhealthy(body):  # what explains the rollup: storage, drives, memory (no cost on a healthy node)
+            links += [_link(body, "Storage"), _link(body, "Memory"), _link(body, "SimpleStorage")]
+    elif "Storage." in kind and _unhealthy(body):
+        drives = body.get("Drives")
+        links = [d.get("@odata.id") for d in drives if isinstance(d, dict) and isinstance(d.get("@odata.id"), str)
+                 ] if isinstance(drives, list) else []
     elif "Manager." in kind:
         links = [_link(body, "LogServices")]
     elif "Chassis." in kind:
         links = [_link(body, "Thermal"), _link(body, "Power"), _link(body, "ThermalSubsystem"),
-                 _link(body, "PowerSubsystem")]
+                 _link(body, "PowerSubsystem"), _link(body, "Oem", "Alarms")]  # HPE Cray: leak alarms
     elif "ThermalSubsystem." in kind:
         links = [_link(body, "Fans"), _link(body, "LeakDetection")]
     elif "LeakDetection." in kind:
@@ -385,7 +463,14 @@ def _children(path: str, body: dict[str, Any]) -> list[str]:
 
 
 COLLECTION_NAMES = frozenset({"Systems", "Managers", "Chassis", "FirmwareInventory", "Processors", "LogServices",
-                              "PowerSupplies", "Fans", "LeakDetectors", "Fabrics", "Switches"})
+                              "PowerSupplies", "Fans", "LeakDetectors", "Fabrics", "Switches", "Memory", "Storage",
+                              "Alarms"})
+
+
+def _unhealthy(body: dict[str, Any]) -> bool:
+    status = body.get("Status")
+    return isinstance(status, dict) and any(status.get(k) in ("Warning", "Critical")
+                                            for k in ("Health", "HealthRollup"))
 
 
 def expand_form(root: dict[str, Any]) -> str | None:
@@ -403,7 +488,8 @@ def expand_form(root: dict[str, Any]) -> str | None:
 
 def _inline_expanded(body: dict[str, Any]) -> list[dict[str, Any]]:
     """Members an expanded collection carried inline (full resources, not just links)."""
-    members = body.get("Members") or []
+    listed = body.get("Members")
+    members: list[Any] = listed if isinstance(listed, list) else []  # "Members": 1 is the parser's problem
     out = []
     for member in members:
         if isinstance(member, dict) and isinstance(member.get("@odata.id"), str) and "@odata.type" in member:
@@ -416,8 +502,44 @@ def _inline_expanded(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _inline_members(body: dict[str, Any]) -> bool:
-    members = body.get("Members") or []
+    listed = body.get("Members")
+    members: list[Any] = listed if isinstance(listed, list) else []  # "Members": 1 is the parser's problem
     return bool(members) and all(isinstance(m, dict) and len(m) > 2 for m in members)
+
+
+class DaemonPool:
+    """A fixed set of daemon worker threads handing out futures.
+
+    Not concurrent.futures.ThreadPoolExecutor: its workers are joined at interpreter exit, so one
+    request hung on a trickling BMC would hold the process long after the audit is done.
+    """
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[futures.Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue())
+        self._workers = max(1, workers)
+        for index in range(self._workers):
+            threading.Thread(target=self._work, name=f"{name}-{index}", daemon=True).start()
+
+    def submit(self, func: Callable[..., T], *args: Any) -> futures.Future[T]:
+        future: futures.Future[T] = futures.Future()
+        self._queue.put((future, func, args))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, func, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(func(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Let the workers end after what they are doing; never waits."""
+        for _ in range(self._workers):
+            self._queue.put(None)
 
 
 class Walk:
@@ -434,6 +556,8 @@ class Walk:
         self.depth: dict[str, int] = {}  # requests on the longest dependent chain to each resource
         self.expand: str | None = None  # the $expand form the service supports, if any
         self.expand_refused = False
+        self.caps_hit: set[str] = set()  # fan-out bounds the walk stopped at (reported as unknown)
+        self._members_kept = 0
 
     @staticmethod
     def _canonical(path: str, known: dict[str, str]) -> str:
@@ -449,10 +573,24 @@ class Walk:
                 return "/".join([prefix, *parts[end:]])
         return path
 
+    def _bounded_members(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The body with at most what the walk can still keep of its `Members` (a copy if cut)."""
+        members = body.get("Members")
+        if not isinstance(members, list):
+            return body
+        allowed = max(0, min(MAX_COLLECTION_MEMBERS, MAX_MEMBERS_KEPT - self._members_kept))
+        if len(members) > allowed:
+            newest = path.endswith("/Entries")  # log entries: the newest are the last
+            self.caps_hit.add(f"{path}: {len(members)} members, only the {'last' if newest else 'first'} "
+                              f"{allowed} read")
+            body = {**body, "Members": members[-allowed:] if newest and allowed else members[:allowed]}
+        self._members_kept += min(len(members), allowed)
+        return body
+
     def run(self, start: Iterable[str] = (ROOT,)) -> None:
         end = time.monotonic() + self.deadline_s
         seen: set[str] = set()
-        pool = futures.ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="redfish")
+        pool = DaemonPool(self.concurrency, "redfish")
         pending: dict[futures.Future[dict[str, Any]], str] = {}
 
         known: dict[str, str] = {}  # lower-case path -> the case the BMC served it with
@@ -465,6 +603,9 @@ class Walk:
                 self.errors[raw] = exc
                 return
             if path.lower() in seen or self.auth_error is not None:
+                return
+            if len(seen) >= MAX_RESOURCES:
+                self.caps_hit.add(f"more than {MAX_RESOURCES} resources: the rest were not read")
                 return
             seen.add(path.lower())
             expand = self.expand if (self.expand and not self.expand_refused
@@ -505,6 +646,7 @@ class Walk:
                         continue
                     if path == ROOT:
                         self.expand = expand_form(body) if getattr(self.transport, "supports_expand", False) else None
+                    body = self._bounded_members(path, body)
                     for member in _inline_expanded(body):
                         member_path = valid_path(member["@odata.id"])
                         seen.add(member_path.lower())
@@ -518,309 +660,12 @@ class Walk:
                     for child in _children(path, body):
                         submit(child, path)
         finally:
-            # Do not wait for requests stuck on a hung BMC: their threads end with their timeouts.
-            pool.shutdown(wait=False, cancel_futures=True)
+            # Do not wait for requests stuck on a hung BMC: their daemon threads end with their
+            # timeouts, and nothing joins them at exit (the audit ends when it is done).
+            pool.shutdown()
 
 
-# --- parsing ------------------------------------------------------------------------------------
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _status(body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    status = body.get("Status") if isinstance(body.get("Status"), dict) else {}
-    assert isinstance(status, dict)
-    return status.get("State"), status.get("Health"), status.get("HealthRollup")
-
-
-def _of_type(resources: dict[str, dict[str, Any]], marker: str) -> list[tuple[str, dict[str, Any]]]:
-    return sorted((p, b) for p, b in resources.items() if marker in str(b.get("@odata.type", "")))
-
-
-def _threshold(sensor: dict[str, Any], legacy: str, modern: str) -> float | None:
-    value = _num(sensor.get(legacy))
-    if value is None and isinstance(sensor.get("Thresholds"), dict):
-        reading = sensor["Thresholds"].get(modern)
-        value = _num(reading.get("Reading")) if isinstance(reading, dict) else None
-    return value
-
-
-def _bios(res: dict[str, dict[str, Any]], host_system: tuple[str, dict[str, Any]] | None,
-          missing: Callable[[str, str], Unknown]) -> tuple[dict[str, Any] | Unknown, BiosSettings | Unknown]:
-    """The current BIOS attributes and where changes to them go (the settings object).
-
-    The settings object is itself a `Bios` resource, so the current one is
-    the host system's `Bios` link, not just any resource of that type.
-    """
-    lowered = {p.lower(): p for p in res}
-    bios_link = _link(host_system[1], "Bios") if host_system else None
-    bios_path = lowered.get(valid_path(bios_link).lower()) if bios_link else None
-    if bios_path is None:
-        candidates = [p for p, b in _of_type(res, "Bios.") if b.get("Id") != "Settings"]
-        bios_path = candidates[0] if candidates else None
-    if bios_path is None:
-        gone = missing("BIOS attributes", "/Bios")
-        return gone, gone
-    bios = res[bios_path]
-    attributes = dict(bios.get("Attributes") or {})
-    settings_link = _link(bios, "@Redfish.Settings", "SettingsObject")
-    if settings_link is None:
-        return attributes, Unsupported("the BIOS resource has no @Redfish.Settings object: "
-                                       "this BMC takes no BIOS changes over Redfish")
-    settings_path = valid_path(settings_link)
-    settings_info = bios["@Redfish.Settings"]
-    apply_times = tuple(str(t) for t in settings_info.get("SupportedApplyTimes") or [] if isinstance(t, str))
-    body = res.get(lowered.get(settings_path.lower(), settings_path))
-    pending: dict[str, Any] | Unknown = (dict(body.get("Attributes") or {}) if body is not None
-                                         else missing("the pending BIOS settings", settings_path))
-    etag = body.get("@odata.etag") if body is not None else None
-    return attributes, BiosSettings(bios_path, lowered.get(settings_path.lower(), settings_path), apply_times,
-                                    pending, etag if isinstance(etag, str) else None)
-
-
-def parse_bmc(walk: Walk, insecure: bool = False) -> BmcFacts:
-    """Turn the resources a walk fetched into BmcFacts; missing parts say why."""
-    res = walk.resources
-    problems = tuple(sorted(f"{e.path}: {e.reason}" for e in walk.errors.values()))
-
-    def missing(what: str, marker: str) -> Unknown:
-        related = [e for p, e in walk.errors.items() if marker.lower() in p.lower()]
-        if related:
-            return Unknown(f"{what}: {related[0].reason} ({related[0].path})")
-        if walk.timed_out:
-            return Unknown(f"{what}: not read before the deadline")
-        return Unsupported(f"this BMC does not expose {what}")
-
-    root = res.get(ROOT, {})
-    systems = [(p, b) for p, b in _of_type(res, "ComputerSystem.") if "Collection" not in str(b.get("@odata.type"))]
-    managers = [(p, b) for p, b in _of_type(res, "Manager.") if "Collection" not in str(b.get("@odata.type"))]
-    host_system = _pick_host_system(systems)
-    facts: dict[str, Any] = {
-        "vendor": root.get("Vendor") or _oem_vendor(root) or missing("the vendor", ROOT),
-        "redfish_version": root.get("RedfishVersion") or missing("RedfishVersion", ROOT),
-    }
-    if host_system is not None:
-        _path, system = host_system
-        state, health, rollup = _status(system)
-        facts.update(
-            manufacturer=system.get("Manufacturer") or Unknown("Manufacturer is empty"),
-            model=system.get("Model") or Unknown("Model is empty"),
-            bios_version=system.get("BiosVersion") or Unknown("BiosVersion is empty"),
-            health=health or Unknown("no Status.Health"),
-            health_rollup=rollup or health or Unknown("no Status.HealthRollup"),
-            health_causes=_health_causes(system, res),
-            power_state=system.get("PowerState") or Unknown("no PowerState"),
-        )
-    else:
-        gone = missing("a ComputerSystem", "/Systems")
-        facts.update(manufacturer=gone, model=gone, bios_version=gone, health=gone, health_rollup=gone,
-                     power_state=gone)
-    if managers:
-        manager = sorted(managers, key=lambda m: (m[1].get("ManagerType") != "BMC", m[0]))[0][1]
-        facts["manager_model"] = manager.get("Model") or Unknown("Model is empty")
-        facts["manager_firmware"] = manager.get("FirmwareVersion") or Unknown("FirmwareVersion is empty")
-    else:
-        facts["manager_model"] = facts["manager_firmware"] = missing("a Manager", "/Managers")
-
-    firmware = [FirmwareItem(str(b.get("Name") or b.get("Id") or p.rsplit("/", 1)[-1]), str(b["Version"]),
-                             component_id=str(b.get("Id") or p.rsplit("/", 1)[-1]),
-                             updateable=b.get("Updateable") if isinstance(b.get("Updateable"), bool) else None,
-                             where=p)
-                for p, b in _of_type(res, "SoftwareInventory.") if "Collection" not in str(b.get("@odata.type"))
-                and isinstance(b.get("Version"), str) and b.get("Version")]
-    facts["firmware"] = tuple(firmware) if firmware else missing("a firmware inventory", "FirmwareInventory")
-    if isinstance(facts.get("bios_version"), Unknown):
-        # Some BMCs leave BiosVersion empty but list the BIOS in the inventory.
-        bios = [f for f in firmware if re.search(r"\bbios\b|system rom|uefi", f.name, re.IGNORECASE)]
-        if bios:
-            facts["bios_version"] = bios[0].version
-
-    temperatures: list[BmcTemperature] = []
-    fans: list[BmcFan] = []
-    psus: list[BmcPsu] = []
-    redundancy: list[BmcRedundancy] = []
-    consumed: float | None = None
-    thermal = _of_type(res, "Thermal.")
-    for path, body in thermal:
-        for t in body.get("Temperatures") or []:
-            if not isinstance(t, dict):
-                continue
-            state, health, _ = _status(t)
-            temperatures.append(BmcTemperature(
-                name=str(t.get("Name") or t.get("MemberId") or "?"), reading=_num(t.get("ReadingCelsius")),
-                upper_caution=_num(t.get("UpperThresholdNonCritical")),
-                upper_critical=_num(t.get("UpperThresholdCritical")), upper_fatal=_num(t.get("UpperThresholdFatal")),
-                state=state, health=health, context=t.get("PhysicalContext"), where=str(t.get("@odata.id") or path)))
-        for f in body.get("Fans") or []:
-            if not isinstance(f, dict):
-                continue
-            state, health, _ = _status(f)
-            fans.append(BmcFan(name=str(f.get("Name") or f.get("FanName") or f.get("MemberId") or "?"),
-                               reading=_num(f.get("Reading")), units=f.get("ReadingUnits"),
-                               lower_critical=_num(f.get("LowerThresholdCritical")), state=state, health=health,
-                               where=str(f.get("@odata.id") or path)))
-    legacy_fans = bool(fans)  # Thermal.Fans and ThermalSubsystem/Fans describe the same fans
-    for path, body in _of_type(res, "Fan."):
-        if "Collection" in str(body.get("@odata.type")) or legacy_fans:
-            continue
-        state, health, _ = _status(body)
-        speed = body.get("SpeedPercent") if isinstance(body.get("SpeedPercent"), dict) else {}
-        assert isinstance(speed, dict)
-        fans.append(BmcFan(name=str(body.get("Name") or body.get("Id")), reading=_num(speed.get("Reading")),
-                           units="Percent", state=state, health=health, where=path))
-    for path, body in _of_type(res, "Power."):
-        for p in body.get("PowerSupplies") or []:
-            if isinstance(p, dict):
-                psus.append(_psu(p, str(p.get("@odata.id") or path)))
-        for r in body.get("Redundancy") or []:
-            if isinstance(r, dict):
-                state, health, _ = _status(r)
-                redundancy.append(BmcRedundancy(
-                    name=str(r.get("Name") or r.get("MemberId")), mode=r.get("Mode"), state=state, health=health,
-                    min_needed=r.get("MinNumNeeded") if isinstance(r.get("MinNumNeeded"), int) else None,
-                    members=len(r.get("RedundancySet") or []), where=str(r.get("@odata.id") or path)))
-        for control in body.get("PowerControl") or []:
-            if isinstance(control, dict) and consumed is None:
-                consumed = _num(control.get("PowerConsumedWatts"))
-    modern_psus = [_psu(b, p) for p, b in _of_type(res, "PowerSupply.")
-                   if "Collection" not in str(b.get("@odata.type"))]
-    if modern_psus:
-        psus = modern_psus  # the same units as Power.PowerSupplies, described by the newer schema
-    if not redundancy:  # the newer schema's groups only when the legacy Power has none (no doubles)
-        for path, body in _of_type(res, "PowerSubsystem."):
-            for number, r in enumerate(body.get("PowerSupplyRedundancy") or []):
-                if isinstance(r, dict):
-                    state, health, _ = _status(r)
-                    redundancy.append(BmcRedundancy(
-                        name=f"PowerSupplyRedundancy {number}", mode=r.get("RedundancyType"), state=state,
-                        health=health,
-                        min_needed=r.get("MinNeededInGroup") if isinstance(r.get("MinNeededInGroup"), int) else None,
-                        members=len(r.get("RedundancyGroup") or []), where=path))
-    temperatures, fans, psus = _unique_names(temperatures), _unique_names(fans), _unique_names(psus)
-    have_thermal = bool(thermal) or bool(_of_type(res, "ThermalSubsystem."))
-    have_power = bool(_of_type(res, "Power.")) or bool(_of_type(res, "PowerSubsystem."))
-    facts["temperatures"] = tuple(temperatures) if have_thermal else missing("thermal data", "Thermal")
-    facts["fans"] = tuple(fans) if have_thermal else missing("fans", "Thermal")
-    facts["psus"] = tuple(psus) if have_power else missing("power supplies", "Power")
-    facts["redundancy"] = tuple(redundancy) if have_power else missing("power redundancy", "Power")
-    facts["power_consumed_w"] = consumed if consumed is not None else Unsupported("no PowerConsumedWatts")
-
-    leaks = []
-    for path, body in _of_type(res, "LeakDetector."):
-        if "Collection" not in str(body.get("@odata.type")):
-            state, health, _ = _status(body)
-            leaks.append(BmcLeakDetector(str(body.get("Name") or body.get("Id")), body.get("DetectorState"),
-                                         state, health, path))
-    facts["leak_detectors"] = tuple(leaks) if leaks or _of_type(res, "LeakDetection.") else (
-        missing("leak detection", "LeakDetect"))
-
-    facts["bios_attributes"], facts["bios_settings"] = _bios(res, host_system, missing)
-
-    facts["events"] = _log_entries(res) if _of_type(res, "LogService.") else missing("log services", "LogServices")
-    gpus = []
-    for path, body in _of_type(res, "Processor."):
-        if str(body.get("ProcessorType", "")).upper() == "GPU":
-            state, health, _ = _status(body)
-            gpus.append(BmcGpu(name=str(body.get("Name") or body.get("Id")), model=body.get("Model"),
-                               firmware=body.get("FirmwareVersion"), serial=body.get("SerialNumber"),
-                               state=state, health=health, where=path))
-    facts["gpus"] = tuple(gpus) if _of_type(res, "Processor.") or _of_type(res, "ProcessorCollection") else (
-        missing("processors", "Processors"))
-    switches = []
-    for path, body in _of_type(res, "Switch."):
-        if "Collection" not in str(body.get("@odata.type")):
-            state, health, _ = _status(body)
-            switches.append(BmcSwitch(str(body.get("Name") or body.get("Id")), body.get("SwitchType"),
-                                      body.get("Model"), body.get("FirmwareVersion"), state, health, path))
-    facts["switches"] = tuple(_unique_names(switches)) if _of_type(res, "Fabric.") else missing(
-        "fabrics", "Fabrics")
-    return BmcFacts(protocol="redfish", problems=problems, insecure=insecure, requests=walk.transport.requests,
-                    **facts)
-
-
-def _unique_names(items: list[Any]) -> list[Any]:
-    """Subjects must be unique: 'HpeServerPowerSupply' x4 becomes '... #1'..'... #4'."""
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item.name] = counts.get(item.name, 0) + 1
-    seen: dict[str, int] = {}
-    out = []
-    for item in items:
-        if counts[item.name] > 1:
-            seen[item.name] = seen.get(item.name, 0) + 1
-            out.append(item._replace(name=f"{item.name} #{seen[item.name]}"))
-        else:
-            out.append(item)
-    return out
-
-
-def _psu(body: dict[str, Any], where: str) -> BmcPsu:
-    state, health, _ = _status(body)
-    return BmcPsu(name=str(body.get("Name") or body.get("MemberId") or body.get("Id") or "?"), state=state,
-                  health=health, model=body.get("Model"), firmware=body.get("FirmwareVersion"),
-                  capacity_w=_num(body.get("PowerCapacityWatts")),
-                  output_w=_num(body.get("LastPowerOutputWatts") or body.get("PowerOutputWatts")), where=where)
-
-
-def _pick_host_system(systems: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]] | None:
-    """The host computer system; HGX baseboards expose GPU trays as extra systems."""
-    if not systems:
-        return None
-    physical = [s for s in systems if s[1].get("SystemType", "Physical") == "Physical"
-                and "HGX" not in s[0] and s[1].get("BiosVersion")]
-    return (physical or systems)[0]
-
-
-def _oem_vendor(root: dict[str, Any]) -> str | None:
-    oem = root.get("Oem")
-    return next(iter(oem)) if isinstance(oem, dict) and oem else None
-
-
-def _health_causes(system: dict[str, Any], res: dict[str, dict[str, Any]]) -> tuple[str, ...]:
-    causes = []
-    status = system.get("Status") if isinstance(system.get("Status"), dict) else {}
-    assert isinstance(status, dict)
-    for condition in status.get("Conditions") or []:
-        if isinstance(condition, dict) and condition.get("Message"):
-            causes.append(f"{condition.get('Severity', '?')}: {condition['Message']}")
-    for path, body in sorted(res.items()):
-        state, health, _ = _status(body)
-        if health in ("Warning", "Critical") and state != "Absent" and body is not system:
-            causes.append(f"{body.get('Name') or path}: {health}")
-        for array in ("PowerSupplies", "Fans", "Temperatures", "Redundancy"):  # items embedded in Power/Thermal
-            for item in body.get(array) or []:
-                if isinstance(item, dict):
-                    item_state, item_health, _ = _status(item)
-                    if item_health in ("Warning", "Critical") and item_state != "Absent":
-                        causes.append(f"{item.get('Name') or item.get('MemberId')}: {item_health}")
-    return tuple(dict.fromkeys(causes))[:10]
-
-
-def _log_entries(res: dict[str, dict[str, Any]]) -> tuple[BmcLogEntry, ...]:
-    entries: dict[tuple[str, ...], BmcLogEntry] = {}
-
-    def add(log: str, entry: dict[str, Any]) -> None:
-        severity = entry.get("Severity") or entry.get("MessageSeverity")
-        # The resource path identifies an entry; some BMCs reuse Ids (Dell: two entries "1").
-        key = (str(entry.get("@odata.id")),) if entry.get("@odata.id") else (
-            log, str(entry.get("Id")), str(entry.get("Created")), str(entry.get("Message")))
-        entries[key] = BmcLogEntry(log=log, entry_id=str(entry.get("Id") or entry.get("@odata.id")),
-                                   severity=severity if isinstance(severity, str) else None,
-                                   message=str(entry.get("Message") or entry.get("Name") or ""),
-                                   created=entry.get("Created") if isinstance(entry.get("Created"), str) else None,
-                                   message_id=entry.get("MessageId"))
-
-    for path, body in res.items():
-        if path.endswith("/Entries"):
-            log = path.rsplit("/", 2)[-2]
-            for member in body.get("Members") or []:
-                if isinstance(member, dict) and len(member) > 2:
-                    add(log, member)
-        elif "LogEntry." in str(body.get("@odata.type", "")):
-            add(path.rsplit("/", 3)[-3], body)
-    return tuple(sorted(entries.values(), key=lambda e: (e.log, e.created or "", e.entry_id)))
+# --- parsing: agent.sources.redfish_parse (typed fields, sensors, inventory, logs) -----------------
 
 
 # --- reading with a deadline ------------------------------------------------------------------------
@@ -886,7 +731,11 @@ def read_redfish(make_transport: Callable[[], Transport], *, concurrency: int = 
                               "failed_resources": len(walk.errors)}
     if hasattr(transport, "auth"):
         detail["auth"] = transport.auth
+    if getattr(transport, "cleartext", False) or getattr(getattr(transport, "inner", None), "cleartext", False):
+        detail["cleartext"] = True  # bmc.reachable warns: credentials went over plain HTTP
     problem: str | None = f"{len(walk.errors)} resource(s) failed" if walk.errors else None
+    if walk.caps_hit:
+        problem = "; ".join(filter(None, [problem, *sorted(walk.caps_hit)]))
     if walk.timed_out:
         problem = f"stopped at the {deadline_s:g} s deadline; {problem or 'some resources were not read'}"
     return facts, SourceStatus("redfish", ok=not walk.timed_out, error=problem, duration_s=elapsed,

@@ -1,0 +1,1 @@
+"""One module per command group that does not live in agent.cli."""
