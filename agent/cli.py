@@ -14,39 +14,74 @@ import click
 
 from agent import __version__
 from agent.cli_options import source_options
+from agent.cli_support import (
+    COLOR_CHOICES,
+    COLOR_HELP,
+    DEBUG_HTTP_HELP,
+    LOG_FORMAT_HELP,
+    VERBOSE_HELP,
+    State,
+    add_global_options,
+    argv_wants_json,
+    click_error,
+    complete_checks,
+    complete_profiles,
+    error,
+    use_color,
+    wants_json,
+    warn,
+)
 from agent.errors import EXIT_CANNOT_RUN, EXIT_USAGE, NodewardenError
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class State:
-    verbose: int = 0
-    debug_http: bool = False
-    log_format: str = "text"
-    log_format_given: bool = False
+__all__ = ["State", "cli", "main"]
 
 
 class NodewardenGroup(click.Group):
-    """Turns our errors into one-line messages and DESIGN.md's exit codes."""
+    """Turns our errors into one-line messages (or JSON lines) and DESIGN.md's exit codes."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        argv = list(args)
+        try:
+            ctx = super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:  # the root's own options: before any State exists
+            if not argv_wants_json(argv):
+                raise
+            click_error(exc, True)
+            raise click.exceptions.Exit(exc.exit_code) from None
+        ctx.meta["nodewarden.argv"] = argv
+        return ctx
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+        except (click.exceptions.Exit, click.Abort, SystemExit):
             raise
+        except click.ClickException as exc:  # a subcommand's usage error
+            if not wants_json(ctx):
+                raise
+            click_error(exc, True)
+            ctx.exit(exc.exit_code)
         except BrokenPipeError:
             _quiet_broken_pipe()
         except NodewardenError as exc:
-            if _verbose(ctx):
-                traceback.print_exc()
-            click.echo(f"nodewarden: error: {exc}", err=True)
+            error(str(exc), **getattr(exc, "fields", {}), **_traceback(ctx))
             ctx.exit(exc.exit_code)
         except Exception as exc:  # noqa: BLE001 - the last resort: exit 3, never a bare traceback
-            if _verbose(ctx):
-                traceback.print_exc()
-            click.echo(f"nodewarden: internal error: {type(exc).__name__}: {exc} "
-                       "(run with -v for the traceback)", err=True)
+            error(f"internal error: {type(exc).__name__}: {exc}" + ("" if _verbose(ctx) else
+                  " (run with -vv for the traceback)"), **_traceback(ctx))
             ctx.exit(EXIT_CANNOT_RUN)
+
+
+def _traceback(ctx: click.Context) -> dict[str, str]:
+    """-vv: the traceback, printed (text) or as the JSON line's `exc` field."""
+    if not _verbose(ctx):
+        return {}
+    if wants_json(ctx):
+        return {"exc": traceback.format_exc()}
+    traceback.print_exc()
+    return {}
 
 
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
@@ -69,27 +104,32 @@ def _quiet_broken_pipe() -> None:
 
 
 def _verbose(ctx: click.Context) -> bool:
+    """-vv: tracebacks on errors (-v only lists passes and reasons)."""
     state = ctx.find_object(State)
-    return bool(state and state.verbose)
+    return bool(state and state.verbose >= 2)
 
 
-@click.group(cls=NodewardenGroup,
+@click.group(name="nodewarden", cls=NodewardenGroup,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="nodewarden")
-@click.option("-v", "--verbose", count=True, help="More output; -v lists passes, -vv logs debug.")
-@click.option("--log-format", type=click.Choice(["text", "json"]),
-              help="Log lines as text or JSON (default: text; JSON for the daemon).")
-@click.option("--debug-http", is_flag=True,
-              help="Log the BMC libraries' HTTP requests and responses too (secrets redacted).")
+@click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
+@click.option("--log-format", type=click.Choice(["text", "json"]), help=LOG_FORMAT_HELP)
+@click.option("--debug-http", is_flag=True, help=DEBUG_HTTP_HELP)
+@click.option("--color", type=click.Choice(COLOR_CHOICES), default="auto", metavar="auto|always|never",
+              help=COLOR_HELP)
 @click.pass_context
-def cli(ctx: click.Context, verbose: int, log_format: str | None, debug_http: bool) -> None:
-    """Keep GPU servers tuned and healthy: audit, remediate, watch."""
+def cli(ctx: click.Context, verbose: int, log_format: str | None, debug_http: bool, color: str) -> None:
+    """Keep GPU servers tuned and healthy: audit, remediate, watch.
+
+    The global options (-v, --log-format, --debug-http, --color) may also follow the command:
+    `nodewarden audit -v` is `nodewarden -v audit`.
+    """
+    from agent.cli_support import apply_logging
+
     state = ctx.ensure_object(State)
     state.verbose, state.log_format, state.log_format_given = verbose, log_format or "text", log_format is not None
-    state.debug_http = debug_http
-    from agent.log import setup_logging
-
-    setup_logging(verbose, state.log_format, debug_http=debug_http)
+    state.debug_http, state.color = debug_http, color
+    apply_logging(state)
 
 
 def _config(config_path: Path | None) -> Any:
@@ -108,9 +148,12 @@ def _bmc_options(config: Any, kw: dict[str, Any]) -> Any:
 
 @cli.command()
 @source_options
-@click.option("--profile", metavar="NAME|auto", help="Profile to judge by (default: match automatically).")
-@click.option("--only", multiple=True, metavar="GLOB", help="Run only checks whose id matches (repeatable).")
-@click.option("--skip", multiple=True, metavar="GLOB", help="Skip checks whose id matches (repeatable).")
+@click.option("--profile", metavar="NAME|auto", shell_complete=complete_profiles,
+              help="Profile to judge by (default: match automatically).")
+@click.option("--only", multiple=True, metavar="GLOB", shell_complete=complete_checks,
+              help="Run only checks whose id matches (repeatable; the profile is chosen as without it).")
+@click.option("--skip", multiple=True, metavar="GLOB", shell_complete=complete_checks,
+              help="Skip checks whose id matches (repeatable). A glob matching no check is exit 2.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "prom"]),
               help="Output format (default: table on a terminal, json otherwise).")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
@@ -120,21 +163,24 @@ def audit(state: State, /, simulate: str | None, snapshot: Path | None, config_p
           profile: str | None, only: tuple[str, ...], skip: tuple[str, ...], fmt: str | None,
           output: Path | None, **bmc: Any) -> None:
     """Audit a node against its profile. Exit 0 no fail, 1 fail, 2 bad input, 3 could not run."""
+    from agent.cli_support import check_selection, stdout_is_tty
     from agent.engine import AuditRequest, run_audit
     from agent.fsutil import write_output
     from agent.report import render
 
+    check_selection(only, skip)
     config = _config(config_path)
     request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, profile=profile, only=only,
                            skip=skip, bmc=_bmc_options(config, bmc))
     report = run_audit(request)
-    tty = output is None and sys.stdout.isatty()
+    tty = output is None and stdout_is_tty()
     fmt = fmt or ("table" if tty else "json")
-    text = render(report, fmt, verbose=state.verbose > 0, color=tty)
+    color = fmt == "table" and use_color(tty)
+    text = render(report, fmt, verbose=state.verbose > 0, color=color)
     if output is not None:
         write_output(output, text)
     else:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=color)
     sys.exit(report.exit_code)
 
 
@@ -245,6 +291,43 @@ def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: P
     click.echo(f"captured {', '.join(captured)} into {out}")
 
 
+@snapshot.command("import")
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="New snapshot directory to write (must not exist or be empty).")
+@click.option("--as", "forced", multiple=True, metavar="KIND=FILE",
+              help="Read FILE (an input, or a file inside one) as KIND instead of detecting it (repeatable).")
+def snapshot_import(inputs: tuple[Path, ...], out: Path, forced: tuple[str, ...]) -> None:
+    """Build one snapshot from captures: files, folders or archives (.gz .tar .tar.gz .tar.xz .zip).
+
+    Kinds are detected by content: nvidia-smi -q / -q -x, kernel logs (kmsg, dmesg, journalctl -k),
+    lspci -vvv, dmidecode, nvidia-bug-report.log(.gz). meta.yaml records every input.
+    """
+    from agent.errors import ConfigError
+    from agent.importers.bundle import import_inputs
+
+    kinds: dict[str, str] = {}
+    paths = list(inputs)
+    for item in forced:
+        kind, sep, name = item.partition("=")
+        if not sep or not kind or not name:
+            raise ConfigError(f"--as {item!r}: expected KIND=FILE")
+        kinds[name] = kind
+        if Path(name).exists() and Path(name) not in paths:
+            paths.append(Path(name))
+    if not paths:
+        raise ConfigError("name at least one input (a file, folder or archive)")
+    summary = import_inputs(paths, out, kinds)
+    for entry in summary.entries:
+        if entry.error:
+            click.echo(f"error: {entry.name}: {entry.error}", err=True)
+        elif entry.contributed:
+            click.echo(f"{entry.name} ({entry.kind}): {'; '.join(entry.contributed)}")
+        elif entry.kind == "unknown":
+            click.echo(f"skipped: {entry.name}: {'; '.join(entry.skipped)}", err=True)
+    click.echo(f"imported {', '.join(summary.captured)} into {out}")
+
+
 @snapshot.command("import-nvidia-smi")
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--out", required=True, type=click.Path(path_type=Path), metavar="DIR",
@@ -257,7 +340,7 @@ def snapshot_import_nvidia_smi(file: Path, out: Path) -> None:
     click.echo(f"imported {result.gpu_count} GPU(s), driver {result.driver_version or 'unknown'}, "
                f"from {result.format} dump {file} into {out}")
     for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)
 
 
 def _state_dir_option(func: F) -> F:
@@ -329,6 +412,8 @@ def rollback(simulate: str | None, snapshot: Path | None, config_path: Path | No
             click.echo(f"  {path}")
         if len(paths) > 10:
             click.echo(f"  ... and {len(paths) - 10} more (--format json lists all)")
+    for warning in result.warnings:
+        warn(warning)
 
 
 @cli.command()
@@ -422,7 +507,7 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, out
 
         nodes += read_prometheus(prometheus, keep_rows=fmt == "csv")
     for item in skipped:
-        click.echo(f"nodewarden: warning: skipped {item.path}: {item.reason}", err=True)
+        warn(f"skipped {item.path}: {item.reason}")
     if not nodes:
         raise FleetInputError(f"no usable audit report among {len(files)} file(s)"
                               + (f" ({len(skipped)} skipped)" if skipped else ""))
@@ -468,8 +553,11 @@ def apply_boot_command(root: str) -> None:
     for line in result.applied:
         click.echo(f"applied {line}")
     for problem in result.problems:
-        click.echo(f"nodewarden: warning: {problem}", err=True)
+        warn(problem)
     sys.exit(result.exit_code)
+
+
+add_global_options(cli)  # after every command is registered: `nodewarden audit -v` as `nodewarden -v audit`
 
 
 def main() -> None:

@@ -11,10 +11,17 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _complete_simulated(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from agent.cli_support import complete_simulated
+
+    return complete_simulated(ctx, param, incomplete)
+
+
 def source_options(func: F) -> F:
     """--simulate / --snapshot / --config, shared by every command that reads a node."""
     options = [
-        click.option("--simulate", metavar="NAME", help="Replay a simulated node shipped with nodewarden."),
+        click.option("--simulate", metavar="NAME", shell_complete=_complete_simulated,
+                     help="Replay a simulated node shipped with nodewarden."),
         click.option("--snapshot", type=click.Path(path_type=Path), metavar="DIR",
                      help="Replay a recorded snapshot directory."),
         click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",

@@ -38,7 +38,7 @@ from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings
 from agent.model import SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import ProfileStore
 from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
-from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower
+from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower, boot_start
 from agent.sources.xid import parse_xid
 
 log = logging.getLogger("nodewarden.daemon")
@@ -196,6 +196,7 @@ class Daemon:
         self._results: dict[str, PollResult] = {}
         self._last_success: dict[str, float] = {}
         self._xids: dict[tuple[str, int], int] = {}
+        self._kmsg_started = False
         self._sysctl_keys: tuple[str, ...] = ()
         self._body = Exposition(b"")
         self._report: Report | None = None
@@ -270,6 +271,11 @@ class Daemon:
         return None
 
     def _on_kmsg(self, records: list[KmsgRecord]) -> None:
+        if not self._kmsg_started:
+            # The first batch is the whole log so far: a recorded one may hold earlier boots,
+            # whose Xids are history (the audit drops them the same way).
+            self._kmsg_started = True
+            records = records[boot_start(records):]
         new = [event for event in (parse_xid(r) for r in records) if event is not None]
         with self._lock:
             for event in new:
@@ -377,7 +383,9 @@ class Daemon:
         if self.kmsg is not None and "kmsg" in last:
             last["kmsg"] = self.kmsg.last_read_s
         self._report = report
-        self._body = Exposition(NodeMetrics(report, last, xids).render())  # one assignment: old or new
+        plain = NodeMetrics(report, last, xids).render()
+        if plain != self._body.plain:  # unchanged text: keep the exposition and its gzip form
+            self._body = Exposition(plain)  # one assignment: old or new
 
     def log_changes(self, report: Report) -> None:
         # A finding that is unknown only because its source's first read is still running is not

@@ -17,11 +17,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent import __version__
+from agent.binding import bind_bmc
 from agent.config import Config
 from agent.credentials import BmcOptions
 from agent.errors import AuditError, NodewardenError, SnapshotError
-from agent.facts import NO_BASELINE, Baseline, BmcFacts, HostFacts, KmsgRecord, NodeFacts, NvmlFacts, ProfileMatch
-from agent.matching import Identity, Selection, identify, select
+from agent.facts import (
+    NO_BASELINE,
+    Baseline,
+    BmcBinding,
+    BmcFacts,
+    HostFacts,
+    KmsgRecord,
+    NodeFacts,
+    NvmlFacts,
+    ProfileMatch,
+)
+from agent.matching import Identity, Selection, identify, identify_bmc, select
 from agent.model import Finding, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import Profile, ProfileStore
 from agent.snapshot import Snapshot, open_snapshot, simulated_path
@@ -39,6 +50,7 @@ ALWAYS_CHECKS = ("profile.match", "source.available")
 NVML_SOURCES = ("nvml",)  # cross-checks use whichever views the other checks needed
 BMC_SOURCES = ("bmc",)
 RECORDING_MAX_BYTES = 32 << 20  # ipmi.json: a full SEL is a few MB
+NOT_IN_BMC_AUDIT = "not in this audit (BMC only)"
 
 
 @dataclass
@@ -181,6 +193,10 @@ def node_identity(node: NodeSource, nvml_timeout_s: float = 10.0) -> Identity:
     """What profile matching sees: PCI ids and DMI, or NVML's GPUs without host data."""
     if node.fs is not None:
         return identify(read_host_facts(node.fs))
+    if not node.captured("nvml") and (node.captured("redfish") or node.captured("ipmi")):
+        bmc, _statuses = read_bmc(node, BmcOptions())  # a BMC-only snapshot: match on what Redfish says
+        if isinstance(bmc, BmcFacts):
+            return identify_bmc(bmc)
     nvml, _status = node.read_nvml(nvml_timeout_s)
     return identify(absent_host_facts("not in this snapshot"), nvml)
 
@@ -313,12 +329,24 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     elif node.captured("nvml"):
         host = absent_host_facts("not in this snapshot (it holds NVML data only)")
         sources["host"] = SourceStatus("host", ok=False, configured=False, error="not in snapshot")
+    elif node.captured("kmsg") and not (node.captured("redfish") or node.captured("ipmi")):
+        # A kernel log alone (a customer's dmesg): the Xid and SXid checks judge it, nothing else runs.
+        host = absent_host_facts("not in this snapshot (it holds a kernel log only)")
+        sources["host"] = SourceStatus("host", ok=False, configured=False, error="not in snapshot")
+    elif node.captured("redfish") or node.captured("ipmi") or request.bmc.configured:
+        # A BMC alone (issue 13 rule 2): the profile comes from Redfish, host and GPU checks skip.
+        host = absent_host_facts(NOT_IN_BMC_AUDIT)
+        sources["host"] = SourceStatus("host", ok=False, configured=False, error=NOT_IN_BMC_AUDIT)
     else:
-        raise AuditError("the snapshot holds neither host nor NVML data (see `captured` in meta.yaml)")
+        raise AuditError("the snapshot holds neither host nor NVML data, nor a BMC (see `captured` in meta.yaml)")
 
     checks = select_checks(all_checks(), request.only, request.skip)
+    # --only/--skip choose checks, never the profile: what matching reads is read regardless.
+    # NVML names the GPUs where PCI cannot; the BMC the node where there is no host or no GPU.
+    match_on_nvml = isinstance(host.nvidia_gpus, Unknown) or identify(host).without_gpu
     nvml: NvmlFacts | Unknown
-    if any(c.source in NVML_SOURCES or "nvml" in c.reads for c in checks if c.id not in ALWAYS_CHECKS):
+    if match_on_nvml or any(c.source in NVML_SOURCES or "nvml" in c.reads for c in checks
+                            if c.id not in ALWAYS_CHECKS):
         nvml, sources["nvml"] = node.read_nvml(request.nvml_timeout_s)
     else:
         nvml = Unknown("not read: no selected check needs NVML")
@@ -340,7 +368,11 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
 
     bmc: BmcFacts | Unknown
-    if any(c.source in BMC_SOURCES or "bmc" in c.reads for c in checks if c.id not in ALWAYS_CHECKS):
+    has_bmc = request.bmc.configured or (node.snapshot is not None and (
+        node.snapshot.has("redfish") or node.snapshot.has("ipmi")))
+    match_on_bmc = has_bmc and (identify(host, nvml).without_gpu or not (
+        sources["host"].configured or sources["nvml"].configured))
+    if match_on_bmc or any(c.source in BMC_SOURCES or "bmc" in c.reads for c in checks if c.id not in ALWAYS_CHECKS):
         bmc, bmc_sources = read_bmc(node, request.bmc)
         sources.update(bmc_sources)
     else:
@@ -354,11 +386,56 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
                     baseline=baseline)
 
 
+def _bind(request: AuditRequest, store: ProfileStore, host: HostFacts, nvml: NvmlFacts | Unknown,
+          bmc: BmcFacts | Unknown, sources: dict[str, SourceStatus],
+          ) -> tuple[dict[str, SourceStatus], BmcBinding, bool]:
+    """Is the BMC this host's (rule 2), and is it audited alone (no host, or a jump host without GPUs)?"""
+    def configured(name: str) -> bool:
+        return name in sources and sources[name].configured
+
+    alone = isinstance(bmc, BmcFacts) and not configured("host") and not configured("nvml")
+    binding = bind_bmc(host, bmc, bmc_only=alone)
+    if not alone and isinstance(bmc, BmcFacts) and binding.state == "remote" and \
+            choose_profile(request, store, host, nvml)[1].how == "no_gpu":
+        # A host without NVIDIA GPUs (a jump host) reading another node's BMC: that node is audited. An
+        # identity that cannot be read (not root, IPMI) keeps no-nvidia-gpu, which judges the BMC as before.
+        alone = True
+        binding = BmcBinding("bmc_only", f"BMC-only audit from a host without NVIDIA GPUs: {binding.message}",
+                             binding.observed)
+    if alone:
+        sources = {**sources, **{name: SourceStatus(name, ok=False, configured=False, error=NOT_IN_BMC_AUDIT)
+                                 for name in ("host", "nvml", "kmsg") if name in sources}}
+    return sources, binding, alone
+
+
+def _bmc_node_info(bmc: BmcFacts, node: NodeSource, identity: Identity) -> dict[str, Any]:
+    """The report's `node` for a BMC audited alone: what the BMC says, not the machine nodewarden ran on."""
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) else None
+
+    info: dict[str, Any] = {
+        "hostname": text(node.snapshot.meta.get("hostname")) if node.snapshot is not None else None,
+        "model": " ".join(x for x in (text(bmc.manufacturer), text(bmc.model)) if x) or None,
+        "bios_version": text(bmc.bios_version), "kernel": None, "nvidia_driver": None,
+        "gpus": {"pci_count": None, "pci_ids": sorted(set(identity.gpu_pci_ids)) or None,
+                 "bmc_count": identity.gpu_count},
+        "mode": node.mode, "bmc_binding": "bmc_only",
+    }
+    if node.snapshot is None:
+        info["audited_from"] = os.uname().nodename
+    else:
+        info["snapshot"] = {"path": str(node.snapshot.path), "captured_at": node.snapshot.meta.get("captured_at")}
+    return info
+
+
 def choose_profile(request: AuditRequest, store: ProfileStore, host: HostFacts,
-                   nvml: NvmlFacts | Unknown) -> tuple[Profile, Selection, Identity]:
-    """The profile the request names (or the config does), else the one the hardware matches."""
+                   nvml: NvmlFacts | Unknown, bmc: BmcFacts | None = None) -> tuple[Profile, Selection, Identity]:
+    """The profile the request names (or the config does), else the one the hardware matches.
+
+    `bmc`: the BMC is the node audited (no host in the audit): match on what Redfish says.
+    """
     config = request.config
-    identity = identify(host, nvml)
+    identity = identify_bmc(bmc) if bmc is not None else identify(host, nvml)
     forced = request.profile if request.profile not in (None, "auto") else (
         config.profile if request.profile is None and config.profile != "auto" else None)
     selection = select(identity, store, forced)
@@ -372,26 +449,29 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
     """Facts already read -> checks -> waivers -> report. The daemon calls this on its cached facts."""
     t0 = time.monotonic()
     config = request.config
-    profile, selection, identity = choose_profile(request, store, host, nvml)
+    sources, binding, bmc_alone = _bind(request, store, host, nvml, bmc, sources)
+    profile, selection, identity = choose_profile(request, store, host, nvml,
+                                                  bmc if bmc_alone and isinstance(bmc, BmcFacts) else None)
     xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
     facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, bmc=bmc,
                       observed_at=_observed_at(node, started), baseline=baseline, profile_match=ProfileMatch(
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems,
-    ))
+    ), binding=binding)
     checks = select_checks(all_checks(), request.only, request.skip)
     # A source that was not asked for (not in the snapshot, not configured) is
     # reported once by source.available; its checks produce nothing.
     runnable = [c for c in checks if c.id in ALWAYS_CHECKS or _source_configured(c.source, sources)]
-    if selection.how == "no_gpu":  # not a GPU node: only the audit itself and a configured BMC apply
-        runnable = [c for c in runnable if c.id in ALWAYS_CHECKS or c.source in BMC_SOURCES]
+    if selection.how == "no_gpu" or bmc_alone:  # not a GPU node / a BMC alone: the audit itself and the BMC
+        runnable = [c for c in runnable if c.id in ALWAYS_CHECKS or c.source in BMC_SOURCES or "bmc" in c.reads]
     findings = run_checks(runnable, facts, profile)
     if config.waivers_file is not None:
         findings = apply_waivers(findings, load_waivers(config.waivers_file, (c.id for c in all_checks())),
                                  request.today or dt.date.today())
     return Report(
-        node=_node_info(host, node),
+        node=_bmc_node_info(bmc, node, identity) if bmc_alone and isinstance(bmc, BmcFacts) else {
+            **_node_info(host, node), "bmc_binding": binding.state},
         profile=profile.name,
         profile_chain=profile.chain,
         started_at=started.isoformat(timespec="seconds"),

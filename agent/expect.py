@@ -13,35 +13,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from agent import versions
 from agent.model import Severity, Status
 
 COMPARATORS = ("equals", "one_of", "min", "max", "range", "version_min", "version_max")
 
 
-_HEX_VERSION = re.compile(r"^[0-9A-Fa-f]{2}(\.[0-9A-Fa-f]{2}){3,}$")
-
-
-def version_keys(observed: str, bound: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """Keys to compare two versions; NVIDIA VBIOS versions are hex ("96.00.74.00.0D")."""
-    if _HEX_VERSION.match(observed.strip()) and _HEX_VERSION.match(bound.strip()):
-        return (tuple(int(p, 16) for p in observed.strip().split(".")),
-                tuple(int(p, 16) for p in bound.strip().split(".")))
-    return version_key(observed), version_key(bound)
-
-
 def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
-    """Order dotted vendor versions: '96.00.74.00.01', '535.129.03', '2.3.5'.
+    """A sort key for dotted versions: '96.00.74.00.01', '535.129.03', '2.3.5'.
+
+    `version_min`/`version_max` compare through `agent.versions`, which knows the vendor formats
+    (HPE ROM families, iLO and Lenovo build ids, Supermicro respin letters); this plain key stays
+    for callers that only sort.
 
     Numeric parts compare as numbers (leading zeros ignored); other parts
     compare as text and sort after numbers, so '1.2a' > '1.2'.
     """
     parts = re.split(r"[.\-_]", str(text).strip().lstrip("vV"))
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p != "")
-
-
-def _looks_like_version(value: Any) -> bool:
-    return isinstance(value, (str, int, float)) and not isinstance(value, bool) and bool(
-        re.match(r"^\s*v?\d", str(value)))
 
 
 def _as_number(value: Any) -> float | None:
@@ -251,6 +240,8 @@ class Expectation:
                 parts.append(f"= {value}")
             elif op == "one_of":
                 parts.append("one of " + ", ".join(str(v) for v in value))
+            elif op == "version_min" and versions.is_no_minimum(value):
+                parts.append("any version (no minimum)")
             elif op in ("min", "version_min"):
                 parts.append(f">= {value}")
             elif op in ("max", "version_max"):
@@ -264,8 +255,9 @@ class Expectation:
     def evaluate(self, observed: Any) -> Verdict:
         for op, value in self.comparators:
             ok = _compare(op, observed, value)
-            if ok is None:
-                return Verdict(False, f"cannot compare {observed!r} with {op} {value!r}", comparable=False)
+            if ok is None or isinstance(ok, str):
+                why = f": {ok}" if isinstance(ok, str) else ""
+                return Verdict(False, f"cannot compare {observed!r} with {op} {value!r}{why}", comparable=False)
             if not ok:
                 return Verdict(False, f"{observed} is not {self.describe()}")
         return Verdict(True, f"{observed} is {self.describe()}")
@@ -286,7 +278,8 @@ class Expectation:
         return Status.WARN if self.severity is Severity.INFO else Status.FAIL
 
 
-def _compare(op: str, observed: Any, value: Any) -> bool | None:
+def _compare(op: str, observed: Any, value: Any) -> bool | str | None:
+    """Whether `observed` meets `op value`; None (or the reason, as text) when they cannot be compared."""
     if op == "equals":
         return _same(observed, value)
     if op == "one_of":
@@ -299,8 +292,12 @@ def _compare(op: str, observed: Any, value: Any) -> bool | None:
         low, high = _at_least(observed, value[0]), _at_most(observed, value[1])
         return None if low is None or high is None else low and high
     if op in ("version_min", "version_max"):
-        if not _looks_like_version(observed):
+        if versions.parse(observed) is None:
             return None  # "N/A", "unknown", None: not a version, so not comparable
-        ordered = version_keys(str(observed), str(value))
-        return ordered[0] >= ordered[1] if op == "version_min" else ordered[0] <= ordered[1]
+        if op == "version_min" and versions.is_no_minimum(value):
+            return True  # `version_min: "0"`: recorded, any version passes
+        order = versions.compare(observed, value)  # vendor formats, families (agent/versions.py)
+        if isinstance(order, str):
+            return order
+        return order >= 0 if op == "version_min" else order <= 0
     raise ValueError(f"unknown comparator {op}")

@@ -118,6 +118,9 @@ class RdmaDevice(NamedTuple):
     fw_ver: Maybe[str] = NOT_READ
     pci_address: str | None = None
     ports: Maybe[tuple[RdmaPort, ...]] = NOT_READ
+    # A virtual function's physical function on this host (sysfs device/physfn): SR-IOV VFs made
+    # for containers, never rails. None for physical functions and for VFs passed through to a VM.
+    physfn: str | None = None
 
 
 class AcsControl(NamedTuple):
@@ -253,6 +256,23 @@ class ProfileMatch(NamedTuple):
     problems: tuple[str, ...] = ()
 
 
+class BmcBinding(NamedTuple):
+    """Whether the BMC that was read describes this host (agent.matching.bind_bmc).
+
+    `state`: bound (Redfish UUID or serial equals DMI's), remote (they differ), unknown (one side has
+    no usable identity), bmc_only (no host in this audit: the BMC is the node), no_bmc.
+    """
+
+    state: str
+    message: str
+    observed: dict[str, str | None] = {}
+
+    @property
+    def describes_node(self) -> bool:
+        """The BMC's view is this node's: cross-checks may compare it with the host's."""
+        return self.state in ("bound", "bmc_only")
+
+
 @dataclass
 class NodeFacts:
     """Everything known about one node, from all sources."""
@@ -266,6 +286,7 @@ class NodeFacts:
     bmc: Maybe[BmcFacts] = NOT_READ
     observed_at: dt.datetime | None = None  # when the node was read (a snapshot's captured_at)
     baseline: Maybe[Baseline] = NO_BASELINE  # the node's recorded baseline (agent.baseline)
+    binding: BmcBinding | None = None  # None: not judged (facts built by hand): the BMC is taken as the host's
 
 
 def parse_kernel_cmdline(cmdline: str) -> dict[str, str | None]:
@@ -352,11 +373,15 @@ class GpuFacts(NamedTuple):
     gpu_max_c: Maybe[int] = NOT_READ
     memory_max_c: Maybe[int] = NOT_READ
     power_w: Maybe[float] = NOT_READ
-    power_limit_w: Maybe[float] = NOT_READ
+    power_limit_w: Maybe[float] = NOT_READ  # requested (nvmlDeviceGetPowerManagementLimit, "power.limit")
     default_limit_w: Maybe[float] = NOT_READ
     min_limit_w: Maybe[float] = NOT_READ
     max_limit_w: Maybe[float] = NOT_READ
-    enforced_limit_w: Maybe[float] = NOT_READ
+    enforced_limit_w: Maybe[float] = NOT_READ  # what the GPU obeys: the lowest of every cap on it
+    # Grace Hopper / Grace Blackwell: the module (CPU + GPU + memory) power limit, current and requested
+    # (field values NVML_FI_DEV_POWER_{CURRENT,REQUESTED}_LIMIT at NVML_POWER_SCOPE_MODULE); Unsupported elsewhere.
+    module_limit_w: Maybe[float] = NOT_READ
+    module_requested_limit_w: Maybe[float] = NOT_READ
     clock_events: Maybe[int] = NOT_READ  # bitmask, see CLOCK_EVENT_BITS
     app_clocks_mhz: Maybe[tuple[int, int]] = NOT_READ  # application clocks (graphics, memory)
     default_app_clocks_mhz: Maybe[tuple[int, int]] = NOT_READ
@@ -551,6 +576,13 @@ class BmcGpu(NamedTuple):
     health: str | None = None
     temperature_c: float | None = None
     where: str = ""
+    # Which view it is (issue 13 rule 9): the ComputerSystem it is listed under, and whether that is an
+    # NVIDIA HGX baseboard (`Systems/HGX_Baseboard_N`) rather than the host system. uuid and slot
+    # (Location.PartLocation.ServiceLabel, e.g. "SXM3") pair the same GPU across the two views.
+    system: str = ""
+    baseboard: bool = False
+    uuid: str | None = None
+    slot: str | None = None
 
 
 class BmcSwitch(NamedTuple):
@@ -590,11 +622,21 @@ class BmcFacts(NamedTuple):
     bios_attributes: Maybe[dict[str, Any]] = NOT_READ
     bios_settings: Maybe[BiosSettings] = NOT_READ  # Unsupported: the BMC takes no BIOS changes over Redfish
     events: Maybe[tuple[BmcLogEntry, ...]] = NOT_READ
-    gpus: Maybe[tuple[BmcGpu, ...]] = NOT_READ
+    gpus: Maybe[tuple[BmcGpu, ...]] = NOT_READ  # each GPU once: the HGX baseboard's view where there is one
     switches: Maybe[tuple[BmcSwitch, ...]] = NOT_READ
     problems: tuple[str, ...] = ()  # resources that failed, with the reason
     insecure: bool = False  # TLS verification was switched off (--bmc-insecure)
     requests: int = 0
+    # The BIOS AttributeRegistry's enumerations, attribute -> {ValueName: ValueDisplayName}
+    # (agent.sources.bios_registry); NOT_READ where the BMC offers none or it was not fetched.
+    bios_registry: Maybe[dict[str, dict[str, str]]] = NOT_READ
+    # The host ComputerSystem's identity (issue 13 rule 2: binding the BMC to the host it describes).
+    system_uuid: Maybe[str] = NOT_READ
+    system_serial: Maybe[str] = NOT_READ
+    system_sku: Maybe[str] = NOT_READ  # Dell: the service tag (DMI product_serial); HPE: the product number
+    # Every GPU Processor the BMC lists, in every view: the host system's own and the HGX baseboard's
+    # (a GPU can appear twice); NOT_READ where the parser did not set it (then `gpus` is all there is).
+    gpu_views: Maybe[tuple[BmcGpu, ...]] = NOT_READ
 
 
 # --- Baseline (what the node read when it arrived; agent.baseline records and loads it) ---------

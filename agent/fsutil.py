@@ -101,11 +101,42 @@ def _temp_name(name: str) -> str:
     return f".{name[:200]}.{secrets.token_hex(6)}.tmp"
 
 
+def remove_temp_files(path: str | Path) -> list[str]:
+    """Delete the temporary files a killed `replace_file` of `path` left in its folder.
+
+    Only names of our own pattern for exactly this file, only regular files (never a symlink
+    someone planted under such a name), only in the folder as opened without following links.
+    """
+    folder, name = os.path.split(os.fspath(path))
+    pattern = re.compile(rf"^\.{re.escape(name[:200])}\.[0-9a-f]{{12}}\.tmp$")
+    try:
+        dir_fd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    removed = []
+    try:
+        for entry in os.listdir(dir_fd):
+            if pattern.match(entry) and stat.S_ISREG(os.stat(entry, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                os.unlink(entry, dir_fd=dir_fd)
+                removed.append(entry)
+        if removed:
+            os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return removed
+
+
 def _write_all(fd: int, data: bytes) -> None:
+    """All of `data`, or an OSError: a short write is retried, a write of nothing is ENOSPC."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "no space left on device (short write)")
         view = view[written:]
+
+
+write_all = _write_all  # for the journal, which appends rather than replaces
 
 
 def _replace_in(dir_fd: int, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, shown: str) -> None:

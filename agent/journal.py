@@ -4,8 +4,14 @@ Layout: `journal/RUN_ID/` holding `run.json` (what, where, and when it
 started) and `entries.jsonl`, appended and fsync'ed before each step. An action's before-state — the
 exact bytes of every path it will touch, plus the parsed value for kernel
 attributes — is durable before its first write, so a run killed at any
-point can be rolled back to exactly the prior state. A torn last line (a
-crash inside the journal write itself) is ignored: nothing was applied yet.
+point can be rolled back to exactly the prior state.
+
+The journal never lies: every append is written whole (a short write is an
+error), fsynced and read back before the step it records may start; when it
+cannot be (no space, I/O error) the torn bytes are cut off again and the step
+is not taken (`JournalWriteError`, exit 1, nothing changed by it). So a torn
+last line can only be an entry whose step never started, and rollback ignores
+it; a complete before-state means "may have been applied" and is restored.
 
 Root restores what a journal says, so the state dir is trusted only when
 safe (`agent.fsutil.trusted_dir`: root's or ours, writable by nobody else, up
@@ -17,7 +23,9 @@ different --state-dir on one node must not interleave.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
+import errno
 import fcntl
 import json
 import os
@@ -29,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import NodewardenError
-from agent.fsutil import fsync_dir, open_dir_nofollow, open_lock_file, replace_file, trusted_dir
+from agent.fsutil import fsync_dir, open_dir_nofollow, open_lock_file, replace_file, trusted_dir, write_all
+from agent.jsonfile import load_json_bytes, load_json_file
 
 DEFAULT_STATE_DIR = Path("/var/lib/nodewarden")
 _RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
@@ -41,6 +50,12 @@ class JournalError(NodewardenError):
 
 class LockHeld(JournalError):
     exit_code = 3
+
+
+class JournalWriteError(JournalError):
+    """The journal could not take an entry (full, I/O error): the step it was for is not taken."""
+
+    exit_code = 1
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -157,11 +172,17 @@ class StateDir:
     def create_run(self, run_id: str, meta: dict[str, Any]) -> RunJournal:
         self.ensure()
         path = self.journal / run_id
-        path.mkdir(mode=0o700)
-        run = RunJournal(path)
-        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
-        _write_json_durable(path / "run.json", {"run_id": run_id, "started_at": started, **meta})
-        _fsync_dir(self.journal)
+        try:
+            path.mkdir(mode=0o700)
+            run = RunJournal(path)
+            started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+            _write_json_durable(path / "run.json", {"run_id": run_id, "started_at": started, **meta})
+            _fsync_dir(self.journal)
+        except (OSError, NodewardenError) as exc:
+            with contextlib.suppress(OSError):  # an empty run folder says nothing; drop it
+                path.rmdir()
+            raise JournalWriteError(f"cannot start a journal in {self.journal} ({exc}); nothing was changed",
+                                    path=str(path)) from None
         return run
 
 
@@ -177,7 +198,7 @@ class RunJournal:
 
     def meta(self) -> dict[str, Any]:
         try:
-            data = json.loads((self.path / "run.json").read_text())
+            data = load_json_file(self.path / "run.json", max_bytes=1 << 20, max_depth=8)
         except (OSError, ValueError) as exc:
             raise JournalError(f"unreadable run journal: {exc}", path=str(self.path)) from exc
         if not isinstance(data, dict):
@@ -185,12 +206,26 @@ class RunJournal:
         return data
 
     def append(self, entry: dict[str, Any]) -> None:
-        line = json.dumps(entry, sort_keys=True) + "\n"
-        fd = os.open(self.entries_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        """Append one entry durably, or raise JournalWriteError having left the file as it was."""
+        data = (json.dumps(entry, sort_keys=True) + "\n").encode()
         try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
+            fd = os.open(self.entries_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+        except OSError as exc:
+            raise JournalWriteError(f"cannot open the journal: {exc.strerror}", path=str(self.entries_path)) from None
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+                if os.pread(fd, len(data) + 1, start) != data:
+                    raise OSError(errno.EIO, "the entry did not read back as written")
+            except OSError as exc:
+                with contextlib.suppress(OSError):  # no torn entry left behind, if the disk lets us
+                    os.ftruncate(fd, start)
+                    os.fsync(fd)
+                raise JournalWriteError(f"cannot write the journal ({exc.strerror or exc}); the step it was "
+                                        "for was not taken", path=str(self.entries_path)) from None
         finally:
             os.close(fd)
 
@@ -205,7 +240,7 @@ class RunJournal:
             if not line:
                 continue
             try:
-                out.append(json.loads(line))
+                out.append(load_json_bytes(line, what=str(self.entries_path), max_bytes=64 << 20, max_depth=16))
             except ValueError:
                 if number == len(lines):  # torn final line: its step never started
                     break
@@ -219,9 +254,15 @@ class RunJournal:
         path = self.path / "rolled_back.json"
         if not path.is_file():
             return None
-        data = json.loads(path.read_text())
+        data = load_json_file(path, max_bytes=1 << 20, max_depth=8)
         return data if isinstance(data, dict) else {}
 
-    def mark_rolled_back(self, restored: int) -> None:
-        _write_json_durable(self.path / "rolled_back.json", {
-            "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "restored": restored})
+    def mark_rolled_back(self, restored: int) -> str | None:
+        """Record the rollback; returns why it could not be recorded (the node is restored anyway,
+        and a second rollback restores the same bytes again)."""
+        try:
+            _write_json_durable(self.path / "rolled_back.json", {
+                "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "restored": restored})
+        except (OSError, NodewardenError) as exc:
+            return str(exc)
+        return None

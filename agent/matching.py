@@ -2,15 +2,22 @@
 
 A rule for H200 (10de:2335) must not catch GH200 (10de:2342/2348): matching
 compares PCI IDs, counts and DMI strings for equality only.
+
+Without a host in the audit (a BMC-only snapshot, a jump host without GPUs auditing a
+remote BMC) the identity comes from Redfish: Manufacturer, Model and SKU stand for DMI's
+sys_vendor, product_name and product_sku, and the GPU processors' names map to PCI ids
+through an exact table. `board_fit` then tells whether what is seen is the whole board a
+profile describes or a partial view of it (one GPU of an SXM part in a VM or a dump).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from agent.errors import ProfileError
-from agent.facts import HostFacts, NvmlFacts
+from agent.facts import BmcFacts, HostFacts, NodeFacts, NvmlFacts
 from agent.model import Unknown
 from agent.profiles import FALLBACK_PROFILE, NO_GPU_PROFILE, MatchRule, Profile, ProfileStore
 
@@ -23,6 +30,7 @@ class Identity(NamedTuple):
     dmi: Mapping[str, str]
     problems: tuple[str, ...] = ()
     nvidia_driver: bool = False  # /proc/driver/nvidia or the nvidia module: meant to be a GPU node
+    source: str = "host"  # host (PCI, DMI) | nvml (no host data) | bmc (Redfish: no host in the audit)
 
     @property
     def without_gpu(self) -> bool:
@@ -33,7 +41,9 @@ class Identity(NamedTuple):
         ids = ", ".join(sorted(set(self.gpu_pci_ids))) or "none"
         model = " ".join(x for x in (self.dmi.get("sys_vendor"), self.dmi.get("product_name")) if x)
         count = self.gpu_count if self.gpu_count is not None else "?"
-        return f"{count} NVIDIA GPU(s) [{ids}] in {model or 'an unidentified system (no DMI)'}"
+        where = model or ("an unidentified system (the BMC names none)" if self.source == "bmc"
+                          else "an unidentified system (no DMI)")
+        return f"{count} NVIDIA GPU(s) [{ids}] in {where}" + (" (from the BMC)" if self.source == "bmc" else "")
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu_pci_ids": sorted(set(self.gpu_pci_ids)), "gpu_count": self.gpu_count,
@@ -48,26 +58,65 @@ class Selection(NamedTuple):
     also_matched: tuple[str, ...] = ()
 
 
+# DMI strings profiles match on; product_uuid/product_serial identify one machine and only bind the BMC.
+MATCH_DMI_KEYS = ("sys_vendor", "product_name", "product_family", "board_vendor", "board_name", "product_sku")
+
+# Exact GPU names (NVML's product names, which BMCs repeat in Processor Name or Model) -> PCI id,
+# for identities read from a BMC that lists no PCIe function for its GPUs. Exact: "NVIDIA H200"
+# is 10de:2335 and "NVIDIA GH200 480GB" is another machine (10de:2342).
+GPU_MODEL_PCI_IDS = {
+    "NVIDIA H100 80GB HBM3": "10de:2330", "NVIDIA H100 PCIe": "10de:2331", "NVIDIA H100 NVL": "10de:2321",
+    "NVIDIA H200": "10de:2335", "NVIDIA GH200 480GB": "10de:2342",
+    "NVIDIA A100-SXM4-80GB": "10de:20b2", "NVIDIA A100-SXM4-40GB": "10de:20b0",
+    "NVIDIA A100 80GB PCIe": "10de:20b5", "NVIDIA A100-PCIE-40GB": "10de:20f1",
+    "NVIDIA B200": "10de:2901", "B200 180GB HBM3e": "10de:2901",
+    "NVIDIA L40S": "10de:26b9", "NVIDIA L40": "10de:26b5", "NVIDIA L4": "10de:27b8",
+    "NVIDIA A10": "10de:2236", "NVIDIA A10G": "10de:2237", "NVIDIA A30": "10de:20b7", "NVIDIA A40": "10de:2235",
+    "Tesla T4": "10de:1eb8", "NVIDIA RTX 4000 SFF Ada Generation": "10de:27b0",
+    "NVIDIA RTX 6000 Ada Generation": "10de:26b1", "NVIDIA RTX A6000": "10de:2230",
+}
+
+
+def identify_bmc(bmc: BmcFacts) -> Identity:
+    """The node as its BMC describes it: a BMC-only audit has no PCI, DMI or NVML of its own."""
+    problems: list[str] = []
+    dmi = {key: value for key, value in (("sys_vendor", bmc.manufacturer), ("product_name", bmc.model),
+                                         ("product_sku", bmc.system_sku)) if isinstance(value, str)}
+    if isinstance(bmc.gpus, Unknown):
+        problems.append(f"the BMC lists no GPUs ({bmc.gpus.reason})")
+        return Identity((), None, dmi, tuple(problems), source="bmc")
+    ids = []
+    for gpu in bmc.gpus:
+        pci_id = GPU_MODEL_PCI_IDS.get(gpu.name) or GPU_MODEL_PCI_IDS.get(gpu.model or "")
+        if pci_id is None:
+            problems.append(f"GPU {gpu.name!r} (model {gpu.model!r}) has no known PCI id")
+        else:
+            ids.append(pci_id)
+    return Identity(tuple(ids), len(bmc.gpus), dmi, tuple(problems[:1]), nvidia_driver=bool(bmc.gpus), source="bmc")
+
+
 def identify(host: HostFacts, nvml: NvmlFacts | Unknown | None = None) -> Identity:
     """Identity from PCI (independent of the driver), else from NVML's view."""
     problems: list[str] = []
     gpus = host.nvidia_gpus
     ids: tuple[str, ...] = ()
     count: int | None = None
+    source = "host"
     if not isinstance(gpus, Unknown):
         ids = tuple(g.pci_id for g in gpus)
         count = len(gpus)
     elif isinstance(nvml, NvmlFacts) and nvml.gpus:
-        ids = tuple(g.pci_id for g in nvml.gpus if isinstance(g.pci_id, str))
+        ids = tuple(g.pci_id.lower() for g in nvml.gpus if isinstance(g.pci_id, str))
         count = nvml.device_count
+        source = "nvml"
     else:
         problems.append(gpus.reason)
-    dmi = {k: v for k, v in host.dmi.items() if isinstance(v, str)}
-    problems += [v.reason for v in host.dmi.values() if isinstance(v, Unknown)][:1]
+    dmi = {k: v for k, v in host.dmi.items() if isinstance(v, str) and k in MATCH_DMI_KEYS}
+    problems += [v.reason for k, v in host.dmi.items() if isinstance(v, Unknown) and k in MATCH_DMI_KEYS][:1]
     modules = host.modules if isinstance(host.modules, dict) else {}
     driver = not isinstance(host.nvidia_driver, Unknown) or "nvidia" in modules or (
         isinstance(nvml, NvmlFacts) and bool(nvml.gpus))
-    return Identity(ids, count, dmi, tuple(problems), driver)
+    return Identity(ids, count, dmi, tuple(problems), driver, source)
 
 
 def rule_matches(rule: MatchRule, identity: Identity) -> tuple[str, ...] | None:
@@ -113,3 +162,64 @@ def select(identity: Identity, store: ProfileStore, forced: str | None = None) -
     best = candidates[0]
     tied = tuple(c[1] for c in candidates[1:] if c[0] == best[0])
     return Selection(store.profile(best[1]), "auto", identity, best[2], tied)
+
+
+# --- does the view fit the profile's board? ------------------------------------------------------
+
+_BOARD_WORD = re.compile(r"(?<![A-Za-z0-9])[DH]GX")  # "DGX H100", "DGXH100", "NVIDIA HGX B200"
+
+
+class Fit(NamedTuple):
+    """Whether the GPUs in view are the whole board the profile describes (`expect.board.gpus`)."""
+
+    full: bool  # judge board-level counts (gpu.count, host.gpu.pci_count, fabric.nvswitch.count)
+    seen: int | None  # most GPUs any view of this node shows
+    board: int | None  # GPUs on the profile's board; None: the profile describes no board
+    why: str
+
+
+def board_fit(profile: Profile, facts: NodeFacts) -> Fit:
+    """A partial view (one GPU of an SXM part in a VM, a one-GPU nvidia-smi dump, a GPU selection)
+    is not a board missing GPUs, unless the evidence says the whole board is there: NVSwitches on
+    PCI, DMI or the node's BMC naming an HGX/DGX system or a platform the profile lists, the BMC
+    listing the board's GPUs or its NVLink switches."""
+    board = profile.section("board")
+    size = board.get("gpus")
+    if not isinstance(size, int):
+        return Fit(True, None, None, "the profile describes no board")
+    host, nvml = facts.host, facts.nvml
+    bmc = facts.bmc if isinstance(facts.bmc, BmcFacts) and (
+        facts.binding is None or facts.binding.describes_node) else None
+    views: dict[str, int] = {}
+    if not isinstance(host.nvidia_gpus, Unknown):
+        views["PCI"] = len(host.nvidia_gpus)
+    if isinstance(nvml, NvmlFacts):
+        views["NVML"] = nvml.device_count
+    if bmc is not None and not isinstance(bmc.gpus, Unknown):
+        views["BMC"] = len(bmc.gpus)
+    seen = max(views.values()) if views else None
+    if seen is None or seen == 0 or seen >= size:
+        return Fit(True, seen, size, f"{seen} of the board's {size} GPUs in view")
+    platforms = {str(p) for p in board.get("platforms") or ()}
+    evidence: list[str] = []
+    if not isinstance(host.pci, Unknown):
+        switches = sum(1 for f in host.pci if f.is_nvswitch)
+        if switches:
+            evidence.append(f"{switches} NVSwitch(es) on PCI")
+    for key in ("product_name", "board_name", "product_family"):
+        value = host.dmi.get(key)
+        if isinstance(value, str) and (_BOARD_WORD.search(value) or (key == "product_name" and value in platforms)):
+            evidence.append(f"DMI {key} {value!r}")
+    if bmc is not None:
+        if isinstance(bmc.model, str) and (_BOARD_WORD.search(bmc.model) or bmc.model in platforms):
+            evidence.append(f"the BMC's system model {bmc.model!r}")
+        if not isinstance(bmc.switches, Unknown) and any(
+                (s.switch_type or "").lower() == "nvlink" for s in bmc.switches):
+            evidence.append("NVLink switches on the BMC")
+    seen_text = ", ".join(f"{k} {v}" for k, v in views.items())
+    if evidence:
+        return Fit(True, seen, size, f"{seen_text} of the board's {size} GPUs, and {', '.join(evidence)} "
+                   "show(s) the whole board")
+    return Fit(False, seen, size, f"a partial view: {seen_text} of the {size}-GPU board ({profile.name}) and "
+               "nothing shows the whole board (no NVSwitch on PCI, neither DMI nor the BMC names an HGX/DGX "
+               "system): a VM, a one-GPU dump or a GPU selection")

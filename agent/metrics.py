@@ -37,7 +37,10 @@ from agent.model import Unknown
 from agent.report.prom import render_families, report_families
 
 log = logging.getLogger(__name__)
-HEALTH_STATES = ("ok", "warning", "critical", "absent", "unknown")
+# PSU and fan health codes, ordered by badness (max() is the worst); docs/metrics.md.
+HEALTH_CODES = {"ok": 0, "absent": 1, "unknown": 2, "warning": 3, "critical": 4}
+# GPU labels as dcgm-exporter names them, so the two join on (instance, gpu) or UUID.
+GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "modelName"]
 
 
 def _known(value: Any) -> bool:
@@ -48,6 +51,17 @@ def _health(state: str | None, health: str | None) -> str:
     if state == "Absent":
         return "absent"
     return {"ok": "ok", "warning": "warning", "critical": "critical"}.get(str(health or "").lower(), "unknown")
+
+
+def _dcgm_bus_id(address: Any) -> str:
+    """NVML's bus id as dcgm-exporter prints it (00000000:19:00.0) from ours (0000:19:00.0)."""
+    if not isinstance(address, str) or address.count(":") != 2:
+        return ""
+    domain, rest = address.split(":", 1)
+    try:
+        return f"{int(domain, 16):08X}:{rest.upper()}"
+    except ValueError:
+        return ""
 
 
 @dataclass
@@ -84,13 +98,14 @@ class NodeMetrics:
 
 
 def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
-    labels = ["gpu", "uuid"]
+    labels = GPU_LABELS
     up = GaugeMetricFamily("nodewarden_gpu_up", "1 if the GPU answered its last NVML read", labels=labels)
     temp = GaugeMetricFamily("nodewarden_gpu_temperature_celsius", "GPU core temperature", labels=labels)
     margin = GaugeMetricFamily("nodewarden_gpu_thermal_margin_celsius",
                                "Slowdown threshold minus temperature (low: about to throttle)", labels=labels)
     power = GaugeMetricFamily("nodewarden_gpu_power_watts", "GPU power draw", labels=labels)
-    limit = GaugeMetricFamily("nodewarden_gpu_power_limit_watts", "GPU power limits", labels=[*labels, "limit"])
+    limit = GaugeMetricFamily("nodewarden_gpu_power_limit_watts", "GPU power limits (enforced, default)",
+                              labels=[*labels, "limit"])
     ecc = GaugeMetricFamily("nodewarden_gpu_ecc_errors", "ECC error counts as NVML reports them",
                             labels=[*labels, "type", "scope"])
     remap = GaugeMetricFamily("nodewarden_gpu_remapped_rows", "HBM row remaps", labels=[*labels, "type"])
@@ -101,7 +116,8 @@ def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
     if nvml is None:
         return families
     for gpu in nvml.gpus:
-        key = [str(gpu.index), gpu.uuid if isinstance(gpu.uuid, str) else ""]
+        key = [str(gpu.index), gpu.uuid if isinstance(gpu.uuid, str) else "", _dcgm_bus_id(gpu.pci_bus_id),
+               gpu.name if isinstance(gpu.name, str) else ""]
         readable = gpu.lost is None and not isinstance(gpu.name, Unknown)
         up.add_metric(key, 1 if readable else 0)
         if not readable:
@@ -110,8 +126,8 @@ def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
         if _known(gpu.temperature_c) and _known(gpu.slowdown_c):
             margin.add_metric(key, float(gpu.slowdown_c) - float(gpu.temperature_c))  # type: ignore[arg-type]
         _add(power, key, gpu.power_w)
-        for name, value in (("enforced", gpu.enforced_limit_w), ("default", gpu.default_limit_w),
-                            ("min", gpu.min_limit_w), ("max", gpu.max_limit_w)):
+        # The board's min/max limits are constants no alert or panel reads: left out (cardinality).
+        for name, value in (("enforced", gpu.enforced_limit_w), ("default", gpu.default_limit_w)):
             _add(limit, [*key, name], value)
         for kind, scope, value in (("corrected", "volatile", gpu.ecc_volatile_corrected),
                                    ("uncorrected", "volatile", gpu.ecc_volatile_uncorrected),
@@ -136,10 +152,10 @@ def _add(family: GaugeMetricFamily, labels: list[str], value: Any) -> None:
 
 def bmc_families(bmc: BmcFacts | None) -> list[Metric]:
     temps = GaugeMetricFamily("nodewarden_bmc_temperature_celsius", "BMC temperature sensors", labels=["sensor"])
-    psu = GaugeMetricFamily("nodewarden_psu_health", "1 for the PSU's current health, 0 for the others",
-                            labels=["psu", "health"])
-    fan = GaugeMetricFamily("nodewarden_fan_health", "1 for the fan's current health, 0 for the others",
-                            labels=["fan", "health"])
+    psu = GaugeMetricFamily("nodewarden_psu_health", "PSU health: 0 ok, 1 absent, 2 unknown, 3 warning, 4 critical",
+                            labels=["psu"])
+    fan = GaugeMetricFamily("nodewarden_fan_health", "Fan health: 0 ok, 1 absent, 2 unknown, 3 warning, 4 critical",
+                            labels=["fan"])
     redundancy = GaugeMetricFamily("nodewarden_psu_redundancy_ok", "1 if the PSU redundancy group is healthy",
                                    labels=["group"])
     families: list[Metric] = [temps, psu, fan, redundancy]
@@ -151,10 +167,11 @@ def bmc_families(bmc: BmcFacts | None) -> list[Metric]:
                 temps.add_metric([sensor.name], sensor.reading)
     for family, items in ((psu, bmc.psus), (fan, bmc.fans)):
         if isinstance(items, tuple):
+            seen: set[str] = set()
             for item in items:
-                current = _health(item.state, item.health)
-                for state in HEALTH_STATES:
-                    family.add_metric([item.name, state], 1 if state == current else 0)
+                if item.name not in seen:  # a series must be unique; the first item of a name wins
+                    seen.add(item.name)
+                    family.add_metric([item.name], HEALTH_CODES[_health(item.state, item.health)])
     if isinstance(bmc.redundancy, tuple):
         for group in bmc.redundancy:
             ok = str(group.health or "").lower() == "ok" and group.state not in ("Disabled", "UnavailableOffline")

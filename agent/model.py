@@ -74,6 +74,9 @@ class Finding:
     remediation: str | None = None
     action: str | None = None
     waiver: Waiver | None = None
+    # A name for people where the subject is an internal key (a firmware group's "psu.slot.#|..."):
+    # the table shows it; JSON, metrics and waivers keep the subject.
+    label: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -365,7 +365,12 @@ class ProfileStore:
     def validate_file(self, path: Path) -> Profile:
         """Load one file wherever it is, resolve its parents on the search path, build it."""
         loaded = load(path)
-        parents = self.chain(loaded.extends) if loaded.extends else []
+        try:
+            parents = self.chain(loaded.extends) if loaded.extends else []
+        except ProfileError as exc:
+            if exc.path is None:  # the parent it names does not exist: this file's `extends` is wrong
+                raise ProfileError(exc.message, path=str(path), line=loaded.lines.line_for(("extends",))) from None
+            raise
         if any(p.name == loaded.name for p in parents):
             raise ProfileError(f"cyclic extends: {loaded.name} -> ... -> {loaded.name}", path=str(path),
                                line=loaded.lines.line_for(("extends",)))

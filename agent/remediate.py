@@ -18,6 +18,7 @@ refuses the whole run (exit 2) if one is foreign.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import os
@@ -32,7 +33,7 @@ from agent.engine import AuditRequest, Report, open_node, run_audit
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import NodeFacts
 from agent.fsutil import trusted_dir
-from agent.journal import JournalError, RunJournal, StateDir, b64, hold_lock, new_run_id, unb64
+from agent.journal import JournalError, JournalWriteError, RunJournal, StateDir, b64, hold_lock, new_run_id, unb64
 from agent.model import Status
 from agent.profiles import ProfileStore
 from agent.sources.redfish import RedfishError
@@ -361,6 +362,13 @@ def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
     return ok, observed
 
 
+def _journal_stopped(actions: list[Action], after: Action, why: str) -> None:
+    """The journal cannot take more entries: no later action is taken (each needs its before-state)."""
+    for later in actions[actions.index(after) + 1:]:
+        if later.outcome is Outcome.PLANNED:
+            later.outcome, later.error = Outcome.FAILED, f"not applied: {why}"
+
+
 def apply(request: RemediationRequest, target: HostTarget, actions: list[Action], journal: RunJournal) -> None:
     for action in actions:
         if action.outcome is not Outcome.PLANNED:
@@ -376,7 +384,12 @@ def apply(request: RemediationRequest, target: HostTarget, actions: list[Action]
             action.outcome, action.error = Outcome.FAILED, f"cannot read the before-state: {exc}"
             continue
         failpoint("before-journal")
-        journal.append({"phase": "before", "action": action.id, "states": states})
+        try:
+            journal.append({"phase": "before", "action": action.id, "states": states})
+        except JournalWriteError as exc:
+            action.outcome, action.error = Outcome.FAILED, f"not applied: {exc}"
+            _journal_stopped(actions, action, str(exc))
+            return
         failpoint("after-journal")
         try:
             for number, change in enumerate(action.changes):
@@ -388,14 +401,29 @@ def apply(request: RemediationRequest, target: HostTarget, actions: list[Action]
         except (OSError, ValueError) as exc:
             action.outcome, action.error = Outcome.FAILED, f"write failed: {exc}; `nodewarden rollback " \
                 f"{journal.run_id}` restores the prior state"
-            journal.append({"phase": "failed", "action": action.id, "error": str(exc)})
+            if not _record(journal, {"phase": "failed", "action": action.id, "error": str(exc)}):
+                _journal_stopped(actions, action, "the journal is full or failing")
+                return
             continue
         ok, observed = _verify(target, action)
         action.verified, action.observed_after = ok, observed
         action.outcome = Outcome.APPLIED if ok else Outcome.FAILED
         if not ok:
             action.error = f"re-read shows {observed}, expected {action.after}"
-        journal.append({"phase": "done", "action": action.id, "verified": ok})
+        if not _record(journal, {"phase": "done", "action": action.id, "verified": ok}):
+            # Its before-state is durable, so rollback still restores it; nothing more is started.
+            action.notes.append("the journal could not record completion (full?); rollback still restores it")
+            _journal_stopped(actions, action, "the journal is full or failing")
+            return
+
+
+def _record(journal: RunJournal, entry: dict[str, Any]) -> bool:
+    """An entry after a step (done, failed, finished): its loss hides nothing rollback needs."""
+    try:
+        journal.append(entry)
+    except JournalWriteError:
+        return False
+    return True
 
 
 def remediate(request: RemediationRequest, store: ProfileStore | None = None) -> RemediationResult:
@@ -423,7 +451,7 @@ def _remediate(request: RemediationRequest, target: HostTarget, store: ProfileSt
                                             "actions": [a.id for a in actions if a.outcome is Outcome.PLANNED]})
         result.run_id = run_id
         apply(request, target, actions, journal)
-        journal.append({"phase": "finished"})
+        _record(journal, {"phase": "finished"})
     # A reboot-class change is staged, not fixed: its finding stays until the reboot.
     fixed = {(a.finding, a.finding_subject) for a in actions
              if a.outcome is Outcome.APPLIED and a.action_class is not ActionClass.REBOOT}
@@ -439,10 +467,11 @@ class RollbackResult:
     target: str
     restored: list[str]
     already: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "target": self.target, "restored": self.restored,
-                "already_rolled_back": self.already, "changed": bool(self.restored)}
+                "already_rolled_back": self.already, "changed": bool(self.restored), "warnings": self.warnings}
 
 
 def _restore(target: HostTarget, state: dict[str, Any]) -> None:
@@ -479,6 +508,14 @@ def _restore(target: HostTarget, state: dict[str, Any]) -> None:
         target.write_file(path, unb64(state["content"]), int(mode) if mode is not None else 0o644)
         for directory in state.get("created_dirs", []):  # deepest first
             target.remove_empty_dir(str(directory))
+
+
+def _remove_leftover_temps(target: HostTarget, run: RunJournal) -> None:
+    """A run killed inside an atomic replace leaves its temporary file beside the target: remove it."""
+    paths = [str(state["path"]) for entry in run.before_states() for state in entry["states"]
+             if state.get("kind") not in ("redfish", "nvml")]
+    with contextlib.suppress(OSError):
+        target.remove_leftover_temps(paths)
 
 
 def _check_restorable(run: RunJournal) -> None:
@@ -551,5 +588,10 @@ def _rollback(target: HostTarget, state: StateDir, run_id: str | None) -> Rollba
                     raise RemediationError(f"cannot restore {item['path']}: {exc}; restored so far: "
                                            f"{', '.join(restored) or 'nothing'}; run rollback again") from None
                 restored.append(str(item["path"]))
-        run.mark_rolled_back(len(restored))
-    return RollbackResult(run.run_id, target.description, restored)
+        _remove_leftover_temps(target, run)
+        unrecorded = run.mark_rolled_back(len(restored))
+    result = RollbackResult(run.run_id, target.description, restored)
+    if unrecorded:
+        result.warnings.append(f"restored, but the journal could not record it ({unrecorded}); "
+                               "a second rollback restores the same bytes again")
+    return result

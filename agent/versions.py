@@ -32,8 +32,7 @@ _HPE_ROM = re.compile(r"^(?:(?P<family>[A-Z]\d{2,3})\s+)?v(?P<release>\d+(?:\.\d
                       r"(?:\s*\((?P<date>\d{1,2}/\d{1,2}/\d{4})\))?$")
 _ILO = re.compile(r"^(?P<family>iLO)\s*(?P<generation>\d+)\s+v?(?P<release>\d[\w.]*)"
                   r"(?:\s+(?P<date>[A-Z][a-z]{2}\s+\d{1,2}\s+\d{4}))?$", re.IGNORECASE)
-_LENOVO = re.compile(r"^(?P<build>(?P<family>[A-Z]{3})(?P<number>\d{3})(?P<letter>[A-Z]))[\s_-]+v?"
-                     r"(?P<release>\d+(?:\.\d+)+[a-z]?)$")
+_LENOVO = re.compile(r"^(?P<family>[A-Z]{3})(?P<build>[A-Z0-9]{3}[A-Z])[\s_-]+v?(?P<release>\d+(?:\.\d+)+[a-z]?)$")
 _TRAILING_DATE = re.compile(r"^(?P<release>v?\d[\w.\-]*?)(?:\s+|_)(?P<date>[A-Z][a-z]{2}\s+\d{1,2}\s+\d{4}"
                             r"|\d{1,2}-\d{1,2}-\d{4})$")
 _NUMBER = re.compile(r"^(\d+)([A-Za-z]?)$")
@@ -47,7 +46,7 @@ class Version(NamedTuple):
     release: tuple[Part, ...]
     family: str | None = None  # "U58", "iLO 5", "TEI": versions of different families do not compare
     date: dt.date | None = None  # the build date the format carries
-    build: tuple[int, str] | None = None  # Lenovo's build number and letter (orders equal releases)
+    build: str | None = None  # Lenovo's build id after the family ("334L"; orders equal releases)
 
     @property
     def is_zero(self) -> bool:
@@ -102,8 +101,7 @@ def parse(value: Any, hex_parts: bool = False) -> Version | None:
         return Version(text, _parts(ilo["release"]), f"iLO {ilo['generation']}", _date(ilo["date"]))
     lenovo = _LENOVO.match(text)
     if lenovo:
-        return Version(text, _parts(lenovo["release"]), lenovo["family"], None,
-                       (int(lenovo["number"]), lenovo["letter"]))
+        return Version(text, _parts(lenovo["release"]), lenovo["family"], None, lenovo["build"])
     dated = _TRAILING_DATE.match(text)
     if dated and _date(dated["date"]) is not None:
         return Version(text, _parts(dated["release"].lstrip("vV")), None, _date(dated["date"]))
@@ -139,4 +137,4 @@ def compare(observed: Any, bound: Any) -> int | str:
 
 
 def _order(mine: Any, theirs: Any) -> int:
-    return (mine > theirs) - (mine < theirs)
+    return -1 if mine < theirs else 1 if mine > theirs else 0

@@ -46,8 +46,8 @@ def matches_every_check(glob: str, known_checks: Iterable[str]) -> bool:
     """A glob no check can escape (`*`, `*.*`, `?*`): silencing criticals needs a named check or area."""
     known = list(known_checks)
     sentinels = ("x", "zz.zz", "zz.zz.zz.zz")  # ids of no real check, of every shape
-    return all(fnmatch.fnmatchcase(s, glob) for s in sentinels) or bool(known) and all(
-        fnmatch.fnmatchcase(check, glob) for check in known)
+    return all(fnmatch.fnmatchcase(s, glob) for s in sentinels) or (bool(known) and all(
+        fnmatch.fnmatchcase(check, glob) for check in known))
 
 
 def load_waivers(path: Path, known_checks: Iterable[str] = ()) -> list[Waiver]:

@@ -73,7 +73,8 @@ def main() -> int:
         print(f"| {mode} | {wall:.2f} s | {wall / base_s:.2f} | {rss:.1f} MiB | {top:.1f} MiB | {rss / base_rss:.2f} |")
     worst = max(r for mode in ("huge", "fanout") for _, r in results[mode])
     slowest = max(s for mode in ("huge", "fanout") for s, _ in results[mode])
-    print(f"target: peak RSS < 100 MiB (worst {worst:.1f}), within the {DEADLINE_S} s deadline (slowest {slowest:.1f} s)")
+    print(f"target: peak RSS < 100 MiB (worst {worst:.1f}), "
+          f"within the {DEADLINE_S} s deadline (slowest {slowest:.1f} s)")
     return 0 if worst < 100 and slowest < DEADLINE_S + 5 else 1
 
 

@@ -53,10 +53,10 @@ class Check:
 
     def finding(self, subject: str, status: Status, severity: Severity, message: str, *,
                 observed: Any = None, expected: Any = None, reason: str | None = None,
-                remediation: str | None = None, action: str | None = None) -> Finding:
+                remediation: str | None = None, action: str | None = None, label: str | None = None) -> Finding:
         return Finding(
             check=self.id, subject=subject, status=status, severity=severity, message=message,
-            source=self.source, observed=observed, expected=expected, reason=reason,
+            source=self.source, observed=observed, expected=expected, reason=reason, label=label,
             remediation=remediation if remediation is not None else (
                 self.remediation if status in (Status.FAIL, Status.WARN) else None),
             action=action if action is not None else (

@@ -10,7 +10,6 @@ from agent.facts import GpuFacts, NodeFacts
 from agent.model import Finding, Unknown, Unsupported
 from checks import Check
 
-
 # Widths of the NVML counters (nvml.h): ECC and NVLink error counts are unsigned long long; retired pages
 # (nvmlDeviceGetRetiredPages), remapped rows (nvmlDeviceGetRemappedRows) and the PCIe replay counter
 # (nvmlDeviceGetPcieReplayCounter) unsigned int. A reading at the maximum is a lower bound (agent.expect).

@@ -10,6 +10,7 @@ from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
 from checks._bmc import NOT_MEASURING, bmc_facts, with_source
+from checks.bios import bios_vendor
 
 FIRMWARE = Check("bmc.firmware", "Firmware versions", source="bmc", action="update_firmware")
 CONSISTENCY = Check("firmware.consistency", "One firmware version per component model", source="bmc",
@@ -51,8 +52,18 @@ def evaluate_firmware(facts: NodeFacts, profile: Profile) -> list[Finding]:
                                                          f"{component} firmware: {reason}",
                                                          expected=expectation.expected), facts))
             continue
+        vendors = [str(v) for v in expectation.option("vendors", None) or ()]
+        vendor = bios_vendor(bmc)
         for item in items:
             subject = component if len(items) == 1 else f"{component}:{item.stable_id}"
+            if vendors and vendor not in vendors:
+                # A minimum written for one vendor's numbering (iDRAC 7.x) says nothing about another's.
+                findings.append(with_source(FIRMWARE.finding(
+                    subject, Status.SKIP, expectation.severity,
+                    f"{item.name} firmware is {item.version}; the profile's minimum is for {', '.join(vendors)} "
+                    f"BMCs and this one is {vendor or 'of an unknown vendor'}", observed=item.version,
+                    expected=expectation.expected, reason=expectation.reason), facts))
+                continue
             findings.append(with_source(FIRMWARE.compare(subject, expectation, item.version,
                                                          f"{item.name} firmware"), facts))
     return findings
@@ -107,6 +118,21 @@ def readable_version(item: FirmwareItem) -> bool:
             and not _ZERO_VERSION_RE.match(version))
 
 
+def group_label(items: list[FirmwareItem], model: str | None = None) -> str:
+    """What a group is, for people: `Power Supply.Slot.1-6`, `GPU 1-8 (NVIDIA H100 80GB HBM3)`.
+
+    The group key (`psu.slot.#|power supply.slot.#`) stays the finding's subject: waivers and
+    metrics name it; this is what the table and the message show.
+    """
+    from agent.names import compress, natural_key
+
+    names = [_MAC_RE.sub("", i.name.strip()) or i.component_id for i in items]
+    label = compress(names) or ", ".join(sorted(set(names), key=natural_key))
+    models = {i.model.strip() for i in items if i.model and i.model.strip()}
+    model = model or (models.pop() if len(models) == 1 else None)
+    return f"{label} ({model})" if model and model.lower() not in label.lower() else label
+
+
 @CONSISTENCY.evaluator
 def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
     expectation = profile.expectation("bmc", "firmware_consistency")
@@ -117,6 +143,7 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return findings
     assert isinstance(bmc.firmware, tuple)
     groups: dict[str, list[FirmwareItem]] = defaultdict(list)
+    models: dict[str, str] = {}
     unreadable: dict[str, list[FirmwareItem]] = defaultdict(list)
     for item in bmc.firmware:
         if item.installed:  # Dell also lists the previous and the staged image of a component
@@ -125,30 +152,34 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
         for gpu in bmc.gpus:
             if gpu.firmware:
                 groups[f"gpu:{gpu.model or '?'}"].append(FirmwareItem(gpu.name, gpu.firmware, gpu.name))
+                models[f"gpu:{gpu.model or '?'}"] = gpu.model or "GPU"
     if isinstance(bmc.switches, tuple):
         for switch in bmc.switches:
             if switch.firmware:
                 groups[f"switch:{switch.model or '?'}"].append(FirmwareItem(switch.name, switch.firmware,
                                                                             switch.name))
+                models[f"switch:{switch.model or '?'}"] = switch.model or "switch"
     for key, items in sorted(groups.items()):
         if len(items) < 2:
             continue
         versions = sorted({i.version for i in items})
+        label = group_label(items, models.get(key))
         gaps = unreadable.get(key, [])
         note = (f" ({len(gaps)} more not readable: {', '.join(f'{i.name} {i.version!r}' for i in gaps[:3])})"
                 if gaps else "")
         if len(versions) == 1:
             findings.append(with_source(CONSISTENCY.finding(key, Status.PASS, expectation.severity,
-                                                            f"{len(items)} x {items[0].name}: all {versions[0]}{note}",
-                                                            observed=versions, expected="one version"), facts))
+                                                            f"{len(items)} x {label}: all {versions[0]}{note}",
+                                                            observed=versions, expected="one version",
+                                                            label=label), facts))
             continue
         counts = {v: sum(1 for i in items if i.version == v) for v in versions}
         common = max(counts, key=lambda v: counts[v])
         odd = [f"{i.name} {i.version}" for i in items if i.version != common]
         findings.append(with_source(CONSISTENCY.finding(
             key, expectation.status_on_mismatch(), expectation.severity,
-            f"{len(items)} x {key}: mixed firmware; {counts[common]} run {common}, odd ones: {', '.join(odd)}{note}",
-            observed=counts, expected="one version", reason=expectation.reason), facts))
+            f"{len(items)} x {label}: mixed firmware; {counts[common]} run {common}, odd ones: {', '.join(odd)}{note}",
+            observed=counts, expected="one version", reason=expectation.reason, label=label), facts))
     return findings
 
 

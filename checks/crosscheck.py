@@ -1,8 +1,13 @@
-"""crosscheck.*: where the BMC and the GPUs (NVML, PCI) disagree, say so."""
+"""crosscheck.*: where the BMC and the GPUs (NVML, PCI) disagree, say so.
+
+Only a BMC bound to this host is compared with it (crosscheck.identity: Redfish UUID or serial
+equal to DMI's). A BMC of another node, or one whose identity cannot be told, is never compared:
+its GPUs are not this host's, and a mismatch would be a fault that exists nowhere.
+"""
 
 from __future__ import annotations
 
-from agent.facts import BmcFacts, NodeFacts, NvmlFacts
+from agent.facts import BmcBinding, BmcFacts, NodeFacts, NvmlFacts
 from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
@@ -11,6 +16,47 @@ COUNT = Check("crosscheck.gpu_count", "GPU count: BMC vs NVML vs PCI", source="c
 TEMPERATURE = Check("crosscheck.gpu_temperature", "GPU temperature: BMC vs NVML", source="crosscheck",
                     action="check_bmc_sensors")
 HEALTH = Check("crosscheck.gpu_health", "GPU health: BMC vs NVML", source="crosscheck", action="reset_gpu")
+IDENTITY = Check("crosscheck.identity", "BMC bound to this host (Redfish UUID/serial vs DMI)", source="crosscheck",
+                 action="check_bmc_address", reads=("bmc",))
+
+
+def _configured_bmc(facts: NodeFacts) -> bool:
+    return any(facts.sources[s].configured for s in ("redfish", "ipmi") if s in facts.sources)
+
+
+@IDENTITY.evaluator
+def evaluate_identity(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    binding = facts.binding
+    if binding is None or binding.state == "no_bmc" or not _configured_bmc(facts):
+        return []
+    observed = binding.observed
+    if binding.state == "bound":
+        return [IDENTITY.finding("bmc", Status.PASS, Severity.INFO, binding.message, observed=observed,
+                                 expected="the BMC of this host")]
+    if binding.state == "bmc_only":
+        return [IDENTITY.finding("bmc", Status.SKIP, Severity.INFO, binding.message + "; host and GPU checks and "
+                                 "cross-checks are not in this audit", observed=observed)]
+    if binding.state == "remote":
+        return [IDENTITY.finding(
+            "bmc", Status.WARN, Severity.WARNING, binding.message + ": the BMC findings are that node's, and no "
+            "cross-check compares it with this host's PCI and NVML view", observed=observed,
+            expected="the BMC of this host", reason="A BMC address in the config that belongs to another node reports "
+            "that node's faults as this one's; from a jump host this is expected")]
+    hint = " (run as root, which can read /sys/class/dmi/id/product_uuid, to bind the BMC)" if (
+        "needs root" in binding.message) else ""
+    return [IDENTITY.finding("bmc", Status.SKIP, Severity.INFO, f"{binding.message}; cross-checks not run{hint}",
+                             observed=observed, expected="the BMC of this host")]
+
+
+def _unbound(check: Check, binding: BmcBinding | None) -> list[Finding] | None:
+    """A skip for a cross-check against a BMC that is not this host's; None when it may run."""
+    if binding is None or binding.describes_node or binding.state == "no_bmc":
+        return None
+    if binding.state == "bmc_only":
+        return []
+    why = "describes another node" if binding.state == "remote" else "cannot be bound to this host"
+    return [check.finding("node", Status.SKIP, Severity.INFO,
+                          f"not compared: the BMC {why} (crosscheck.identity says why)")]
 
 
 def _views(facts: NodeFacts) -> tuple[BmcFacts | None, NvmlFacts | None]:
@@ -25,6 +71,9 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     bmc, nvml = _views(facts)
     if expectation is None or bmc is None or isinstance(bmc.gpus, Unknown):
         return []
+    unbound = _unbound(COUNT, facts.binding)
+    if unbound is not None:
+        return unbound
     counts = {"bmc": len(bmc.gpus)}
     if nvml is not None:
         counts["nvml"] = nvml.device_count
@@ -59,6 +108,9 @@ def evaluate_temperature(facts: NodeFacts, profile: Profile) -> list[Finding]:
     bmc, nvml = _views(facts)
     if expectation is None or bmc is None or nvml is None:
         return []
+    unbound = _unbound(TEMPERATURE, facts.binding)
+    if unbound is not None:
+        return unbound
     bmc_temps = _bmc_gpu_temperatures(bmc)
     if not bmc_temps:
         return []
@@ -83,6 +135,9 @@ def evaluate_health(facts: NodeFacts, profile: Profile) -> list[Finding]:
     bmc, nvml = _views(facts)
     if expectation is None or bmc is None or nvml is None or isinstance(bmc.gpus, Unknown):
         return []
+    unbound = _unbound(HEALTH, facts.binding)
+    if unbound is not None:
+        return unbound
     if len(bmc.gpus) != nvml.device_count:
         return []  # crosscheck.gpu_count reports the mismatch
     findings = []

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from agent.expect import Expectation
 from agent.facts import NOT_READ, NodeFacts, NvSwitchError, PciFunction
+from agent.matching import board_fit
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
 from agent.sources.fabric import FM_LOG, fm_log_time, parse_sxids
@@ -81,6 +82,11 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     switches = nvswitches(facts)
     if isinstance(switches, Unknown):
         return [NVSWITCH_COUNT.missing("node", expectation, switches, "NVSwitches on PCI")]
+    fit = board_fit(profile, facts)
+    if not switches and not fit.full:  # a VM given one SXM GPU sees none of the board's switches
+        return [NVSWITCH_COUNT.finding("node", Status.SKIP, Severity.INFO, f"no NVSwitch on PCI, not judged by "
+                                       f"the board's count: {fit.why}", observed=0, expected=expectation.expected,
+                                       reason=expectation.reason)]
     finding = NVSWITCH_COUNT.compare("node", expectation, len(switches), "NVSwitches on PCI")
     if switches:
         finding.message += " (" + ", ".join(_link(f) for f in switches) + ")"

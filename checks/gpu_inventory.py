@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agent.facts import NodeFacts
+from agent.matching import board_fit
 from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
@@ -21,7 +22,14 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     nvml = facts.nvml
     findings: list[Finding] = []
     if expectation is not None:
-        findings.append(COUNT.compare("node", expectation, nvml.device_count, "GPUs seen by NVML"))
+        fit = board_fit(profile, facts)
+        if fit.full:
+            findings.append(COUNT.compare("node", expectation, nvml.device_count, "GPUs seen by NVML"))
+        else:  # one GPU of an SXM part in a VM or a dump is not a board that lost seven
+            findings.append(COUNT.finding("node", Status.SKIP, Severity.INFO,
+                                          f"{nvml.device_count} GPU(s) seen by NVML, not judged by the board's "
+                                          f"count: {fit.why}", observed=nvml.device_count,
+                                          expected=expectation.expected, reason=expectation.reason))
     pci = facts.host.nvidia_gpus
     if not isinstance(pci, Unknown):
         nvml_buses = {g.pci_bus_id for g in nvml.gpus if isinstance(g.pci_bus_id, str)}

@@ -7,7 +7,8 @@ A GPU that fell off the bus, or one the driver failed to claim, still shows
 from __future__ import annotations
 
 from agent.facts import NodeFacts
-from agent.model import Finding, Unknown
+from agent.matching import board_fit
+from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
 
@@ -22,6 +23,11 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     gpus = facts.host.nvidia_gpus
     if isinstance(gpus, Unknown):
         return [PCI_COUNT.missing("node", expectation, gpus, "NVIDIA GPUs on PCI")]
+    fit = board_fit(profile, facts)
+    if not fit.full:
+        return [PCI_COUNT.finding("node", Status.SKIP, Severity.INFO,
+                                  f"{len(gpus)} NVIDIA GPU(s) on PCI, not judged by the board's count: {fit.why}",
+                                  observed=len(gpus), expected=expectation.expected, reason=expectation.reason)]
     finding = PCI_COUNT.compare("node", expectation, len(gpus), "NVIDIA GPUs on PCI")
     if gpus:
         finding.message += " (" + ", ".join(g.address for g in sorted(gpus, key=lambda g: g.address)) + ")"

@@ -1,10 +1,11 @@
 """ib.*: RDMA HCAs and ports (InfiniBand or RoCE) from /sys/class/infiniband.
 
-The profile's `rdma.hca_types` names the compute rails (e.g. MT4129,
-ConnectX-7); count, port state, rate and the firmware minimum are judged on
-them, so frontend or storage NICs of another type do not fail a rail
-expectation. Error counters are judged on every port, and one firmware
-version per HCA type on every HCA.
+The profile's `rdma.hca_types` names the compute rails by family (ConnectX-7: its physical
+function and its virtual functions, see checks/_rails.py) or exact hca_type (MT4129); count,
+port state, rate and the firmware minimum are judged on them, so frontend or storage NICs of
+another type do not fail a rail expectation. A cloud VM's rails are SR-IOV virtual functions and
+are judged the same way. Error counters are judged on every port, and one firmware version per
+HCA type on every HCA.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from agent.sources.rdma import rate_gbps
 from checks import Check
+from checks._rails import FIRMWARE_MAJOR, hca_kind, kind_label, matches_types
 
 HCA_COUNT = Check("ib.hca.count", "RDMA rail HCAs present", source="host", action="contact_support")
 PORT_STATE = Check("ib.port.state", "RDMA port state", source="host", action="check_link")
@@ -55,7 +57,7 @@ def rail_types(profile: Profile) -> Rails:
 
 
 def is_rail(device: RdmaDevice, rails: Rails) -> bool:
-    if rails.types and not (isinstance(device.hca_type, str) and device.hca_type in rails.types):
+    if rails.types and not matches_types(device, rails.types):
         return False
     if rails.link_layer and not isinstance(device.ports, Unknown):
         return any(p.link_layer == rails.link_layer for p in device.ports)
@@ -67,7 +69,7 @@ def port_subject(device: RdmaDevice, port: RdmaPort) -> str:
 
 
 def port_label(device: RdmaDevice, port: RdmaPort) -> str:
-    kind = device.hca_type if isinstance(device.hca_type, str) else "HCA"
+    kind = kind_label(device)
     netdev = f", {port.netdev}" if port.netdev else ""
     return f"{device.name} port {port.port} ({kind}{netdev})"
 
@@ -122,6 +124,9 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
         finding.message += " (no /sys/class/infiniband: the RDMA stack, ib_core and mlx5_ib, is not loaded)"
     elif rails:
         finding.message += f" ({', '.join(rails)})"
+    vfs = [d.name for d in devices if is_rail(d, types) and hca_kind(d).virtual_function]
+    if vfs:
+        finding.message += f"; {len(vfs)} of them SR-IOV virtual functions (a virtual machine's rails)"
     return [finding]
 
 
@@ -260,10 +265,17 @@ def evaluate_firmware(facts: NodeFacts, profile: Profile) -> list[Finding]:
     versions: dict[str, dict[str, list[str]]] = {}  # hca type -> version -> devices
     for device in devices:
         if isinstance(device.hca_type, str) and isinstance(device.fw_ver, str):
-            versions.setdefault(device.hca_type, {}).setdefault(device.fw_ver, []).append(device.name)
+            # The shared VF id (MT4126) spans generations: group its VFs by the family their firmware tells.
+            versions.setdefault(kind_label(device), {}).setdefault(device.fw_ver, []).append(device.name)
         if not is_rail(device, types):
             continue
-        label = f"firmware of {device.name} ({device.hca_type if isinstance(device.hca_type, str) else 'HCA'})"
+        label = f"firmware of {device.name} ({kind_label(device)})"
+        other = _other_silicon(device, expectation)
+        if other is not None:
+            findings.append(FIRMWARE.finding(device.name, Status.SKIP, expectation.severity, f"{label} is "
+                                             f"{device.fw_ver}; {other}", observed=device.fw_ver,
+                                             expected=expectation.expected, reason=expectation.reason))
+            continue
         findings.append(FIRMWARE.compare(device.name, expectation, device.fw_ver, label))
     for hca_type, found in sorted(versions.items()):
         if len(found) <= 1:
@@ -277,6 +289,19 @@ def evaluate_firmware(facts: NodeFacts, profile: Profile) -> list[Finding]:
             reason="HCAs of one type on different firmware behave differently on the fabric and complicate "
                    "support cases"))
     return findings
+
+
+def _other_silicon(device: RdmaDevice, expectation: Expectation) -> str | None:
+    """Why the firmware minimum is not for this HCA: NVIDIA firmware's major number is the silicon's
+    (20.x ConnectX-6, 28.x ConnectX-7), so a 28.x HCA is not "above" a 20.39 minimum."""
+    bound = dict(expectation.comparators).get("version_min")
+    if not isinstance(device.fw_ver, str) or bound is None:
+        return None
+    mine, theirs = device.fw_ver.split(".", 1)[0], str(bound).split(".", 1)[0]
+    if not (mine.isdigit() and theirs.isdigit()) or int(mine) == int(theirs) or int(theirs) not in FIRMWARE_MAJOR:
+        return None
+    return (f"the profile's minimum {bound} is {FIRMWARE_MAJOR[int(theirs)]} firmware ({theirs}.x) and this HCA "
+            f"runs {FIRMWARE_MAJOR.get(int(mine), 'another silicon')}'s ({mine}.x): not compared")
 
 
 def rails_of(facts: NodeFacts, profile: Profile) -> list[RdmaDevice] | Unknown:

@@ -7,6 +7,7 @@ is a warning that names the hardware that matched nothing.
 from __future__ import annotations
 
 from agent.facts import NodeFacts
+from agent.matching import board_fit
 from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
 from checks import Check
@@ -36,11 +37,13 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
                    "are not checked on unknown hardware",
             action="add_profile",
         )]
+    fit = board_fit(profile, facts)
+    partial = "" if fit.full else f"; judged as {fit.why}, so the board's GPU and NVSwitch counts are not judged"
     if match.how == "forced":
         return [PROFILE_MATCH.finding("node", Status.PASS, Severity.INFO,
-                                      f"profile {match.profile} chosen with --profile for {match.identity}",
+                                      f"profile {match.profile} chosen with --profile for {match.identity}{partial}",
                                       observed=match.profile, expected=match.profile)]
-    message = f"profile {match.profile} matches {match.identity} on {', '.join(match.matched_on)}"
+    message = f"profile {match.profile} matches {match.identity} on {', '.join(match.matched_on)}{partial}"
     if match.also_matched:
         message += f" (equally specific: {', '.join(match.also_matched)}; first by name wins)"
         return [PROFILE_MATCH.finding("node", Status.WARN, Severity.WARNING, message,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -12,10 +14,12 @@ from typing import Any
 
 from agent.credentials import BmcOptions
 from agent.errors import SnapshotError
-from agent.fsutil import fsync_dir, replace_file
-from agent.sources.fsroot import FsRoot, LiveFs, SnapshotFs
+from agent.fsutil import fsync_dir, remove_temp_files, replace_file
+from agent.sources.fsroot import FsRoot, LiveFs, SnapshotFs, checked_write_path
 from agent.sources.nvml import RecordedNvml, call_with_deadline, load_live_nvml
 from agent.sources.redfish import LiveRedfish, PatchResult, RecordedRedfish, RedfishError, valid_path
+
+_TEMP_RE = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")  # agent.fsutil's temporary names
 
 
 def _check_path(path: str) -> None:
@@ -112,7 +116,8 @@ class RecordedBmcWriter:
         self._base = snapshot_dir
 
     def _file(self, path: str) -> Path:
-        return self._base / valid_path(path).lstrip("/") / "index.json"
+        # Inside the snapshot only: a real symlink among redfish/'s folders is refused (RefusedEntry).
+        return Path(checked_write_path(str(self._base), "", valid_path(path).lstrip("/"), "index.json", path))
 
     def get(self, path: str) -> dict[str, Any]:
         return self._reader.get(path)
@@ -184,6 +189,14 @@ class _RootedFiles(abc.ABC):
 
     def is_dir(self, path: str) -> bool:
         return os.path.isdir(self._real(path))
+
+    def remove_leftover_temps(self, paths: list[str]) -> list[str]:
+        """Temporary files a run killed mid-write left beside `paths` (rollback cleans them)."""
+        removed: list[str] = []
+        for path in paths:
+            with contextlib.suppress(OSError, ValueError):
+                removed += remove_temp_files(self._real(path))
+        return removed
 
     def remove_empty_dir(self, path: str) -> None:
         remove_empty_dir(self._real(path))
@@ -287,6 +300,18 @@ class SnapshotTarget(_RootedFiles):
         # Recorded symlinks resolved (sys/class/net/eth0 -> ../../devices/...), clamped to fs/; a real
         # symlink on the way is refused (OSError naming it), so a write never lands outside the snapshot.
         return self.snapshot_fs.write_path(path)
+
+    def remove_leftover_temps(self, paths: list[str]) -> list[str]:
+        """Every temporary file of ours in the snapshot: a recording's writes all replace files
+        (fs/ attributes, nvml.json, redfish/ settings), so a kill can leave one anywhere in it."""
+        removed: list[str] = []
+        for folder, dirs, _files in os.walk(self.path, followlinks=False):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+            for name in _files:
+                match = _TEMP_RE.match(name)
+                if match:
+                    removed += remove_temp_files(os.path.join(folder, match.group(1)))
+        return removed
 
     def nvml(self) -> Any:
         if self._nvml is None and self._nvml_path.is_file():

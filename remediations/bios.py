@@ -15,7 +15,7 @@ from typing import Any
 from agent.expect import Expectation
 from agent.facts import BiosSettings, BmcFacts
 from agent.model import Finding, Status
-from checks.bios import BIOS, bios_vendor
+from checks.bios import BIOS, bios_vendor, meets
 from remediations import (
     Action,
     ActionClass,
@@ -67,10 +67,9 @@ def plan_bios(finding: Finding, ctx: PlanContext) -> list[Action]:
         if name not in current:
             continue  # refused through its own (skipped) finding
         effective = settings.pending.get(name, current[name])
-        if expectation.evaluate(current[name]).ok and expectation.evaluate(effective).ok:
-            continue
-        if expectation.evaluate(effective).ok:
-            continue  # already staged: the reboot applies it
+        # Judged as the check judges it, however the BMC spells the value (checks.bios.meets).
+        if meets(name, effective, expectation, bmc.bios_registry):
+            continue  # right now, or already staged: the reboot applies it
         value = target_value(expectation)
         if value is None:
             problems.append(f"{name}: the profile allows {expectation.describe()} but names no single value")

@@ -127,3 +127,17 @@ def write_tree(base: Path, files: dict[str, str | bytes]) -> None:
             target.write_bytes(content)
         else:
             target.write_text(content, encoding="utf-8")
+
+
+def hca(name: str, hca_type: str, fw: str, rate_gbps: int, link_layer: str = "InfiniBand", *,
+        state: str = "ACTIVE", phys_state: str = "LinkUp", address: str | None = None,
+        physfn: str | None = None) -> Any:
+    """One single-port RDMA device as /sys/class/infiniband shows it (what `ibstat` prints, in sysfs terms:
+    ibstat's "Rate: 400" is sysfs "400 Gb/sec (4X NDR)", "State: Active" is "ACTIVE")."""
+    from agent.facts import RdmaDevice, RdmaPort
+
+    speeds = {400: "4X NDR", 200: "4X HDR", 100: "4X EDR", 800: "4X XDR", 40: "4X QDR"}
+    port = RdmaPort(1, state=state, phys_state=phys_state, rate=f"{rate_gbps} Gb/sec ({speeds.get(rate_gbps, '4X')})",
+                    link_layer=link_layer, counters={"link_downed": 0, "symbol_error": 0}, hw_counters={})
+    extra = {"physfn": physfn} if physfn else {}
+    return RdmaDevice(name, hca_type, "MT_0000000838", fw, address, (port,), **extra)

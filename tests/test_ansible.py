@@ -1,8 +1,11 @@
-"""The Ansible module and playbooks, run by real ansible-playbook against localhost (connection local).
+"""The playbooks (and the deprecated ansible/library module), run by real ansible-playbook against localhost.
 
-Every run targets a writable copy of a simulated node (`snapshot:`), so the
-module's check mode, diff, idempotence and failure paths are exercised end to
-end through the nodewarden CLI without touching this machine.
+Every run targets a writable copy of a simulated node (`snapshot:`), so check
+mode, diff, idempotence and failure paths are exercised end to end through the
+nodewarden CLI without touching this machine. The nodewarden.gpu collection's
+modules have their own tests (tests/test_ansible_collection.py); the helpers
+here (`playbook`, `module_playbook`, `module_result`) serve both, and
+tests/netns_remediate_driver.py.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
 PLAYBOOK_DIR = REPO / "ansible"
+COLLECTIONS = PLAYBOOK_DIR / "collections"  # ansible_collections/nodewarden/gpu lives here, next to the playbooks
+# The old `state:` of the deprecated module -> the collection module that replaces it.
+BY_STATE = {"remediated": "nodewarden.gpu.remediate", "audited": "nodewarden.gpu.audit_info"}
 
 
 @pytest.fixture
@@ -43,29 +49,46 @@ class Run(NamedTuple):
         return match.group(1)
 
 
-def playbook(tmp_path: Path, path: Path, *args: str, extra: dict[str, Any] | None = None) -> Run:
-    """Run ansible-playbook (default output callback) and return its exit code and output."""
+def ansible_env(tmp_path: Path, *, fresh: bool = False) -> dict[str, str]:
+    """Ansible's environment: its home and temp folders in tmp_path, never ~/.ansible.
+
+    `fresh` is a controller that knows nothing of this checkout: no ANSIBLE_LIBRARY, no ANSIBLE_COLLECTIONS_PATH
+    (the playbooks in ansible/ must find the collection next to them by themselves)."""
     home = tmp_path / "ansible-home"
-    env = {**os.environ, "ANSIBLE_HOME": str(home), "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
-           "ANSIBLE_REMOTE_TEMP": str(home / "tmp"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-           "ANSIBLE_LIBRARY": str(PLAYBOOK_DIR / "library"),
-           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update({"ANSIBLE_HOME": str(home), "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
+                "ANSIBLE_REMOTE_TEMP": str(home / "tmp"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+    if not fresh:
+        env.update({"ANSIBLE_LIBRARY": str(PLAYBOOK_DIR / "library"), "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS)})
+    return env
+
+
+def playbook(tmp_path: Path, path: Path, *args: str, extra: dict[str, Any] | None = None,
+             fresh: bool = False) -> Run:
+    """Run ansible-playbook (default output callback) and return its exit code and output."""
     variables = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                  "nodewarden_executable": str(BIN / "nodewarden"), **(extra or {})}
     proc = subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", str(path), "-e", json.dumps(variables), *args],
-        capture_output=True, text=True, env=env, timeout=300, check=False, cwd=tmp_path)
+        capture_output=True, text=True, env=ansible_env(tmp_path, fresh=fresh), timeout=300, check=False,
+        cwd=tmp_path)
     return Run(proc.returncode, proc.stdout + proc.stderr)
 
 
-def module_playbook(tmp_path: Path, **module_args: Any) -> Path:
-    """A one-task playbook that also saves the registered result (even a failure) as JSON."""
+def module_playbook(tmp_path: Path, module: str | None = None, **module_args: Any) -> Path:
+    """A one-task playbook that also saves the registered result (even a failure) as JSON.
+
+    `module` is the module's name; without it, `state=` picks the collection module (remediated ->
+    nodewarden.gpu.remediate, audited -> nodewarden.gpu.audit_info) and is dropped."""
+    if module is None:
+        module = BY_STATE[module_args.pop("state", "audited")]
     path = tmp_path / "site.yml"
     args = {"executable": "{{ nodewarden_executable }}", **module_args}
     save = {"ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(tmp_path / "result.json")},
             "check_mode": False, "changed_when": False}
     path.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"block": [{"name": "nodewarden", "nodewarden": args, "register": "r"}],
+        {"block": [{"name": "nodewarden", module: args, "register": "r"}],
          "always": [{"name": "save", **save}]}]}]))
     return path
 
@@ -76,74 +99,6 @@ def module_result(tmp_path: Path) -> dict[str, Any]:
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def test_check_mode_predicts_with_diff_and_touches_nothing(node: Path, tmp_path: Path) -> None:
-    before = tree_bytes(node)
-    site = module_playbook(tmp_path, state="remediated", snapshot=str(node), state_dir=str(tmp_path / "st"))
-    out = playbook(tmp_path, site, "--check", "--diff")
-    assert out.rc == 0, out.stdout
-    result = module_result(tmp_path)
-    assert result["changed"] is True and result["run_id"] is None
-    by_status: dict[str, set[str]] = {}
-    for action in result["actions"]:
-        by_status.setdefault(action["status"], set()).add(action["id"])
-    # reboot class needs allow: [reboot]; the ACS fix is disruptive and needs allow: [disruptive]
-    assert by_status.pop("not_allowed") == {"bios_attribute:bios", "acs:0000:b9:02.0"}
-    assert set(by_status) == {"planned"}
-    assert "sysctl:net.core.rmem_max = \"4194304\"" in result["diff"]["before"]
-    assert "sysctl:net.core.rmem_max = \"134217728\"" in result["diff"]["after"]
-    assert tree_bytes(node) == before
-    assert out.recap()["changed"] == 1
-    assert '-sysctl:net.core.rmem_max = "4194304"' in out.task_output("nodewarden")  # --diff is shown
-
-
-def test_apply_then_rerun_is_idempotent(node: Path, tmp_path: Path) -> None:
-    site = module_playbook(tmp_path, state="remediated", snapshot=str(node), state_dir=str(tmp_path / "st"),
-                           only=["sysctl:*", "thp:*"])
-    assert playbook(tmp_path, site, "--diff").rc == 0
-    first = module_result(tmp_path)
-    assert first["changed"] is True and first["run_id"]
-    assert {(a["id"], a["status"], a["verified"]) for a in first["actions"]} == {
-        ("sysctl:kernel.numa_balancing", "applied", True), ("sysctl:net.core.rmem_max", "applied", True),
-        ("thp:enabled", "applied", True)}
-    assert first["report"]["schema"] == "nodewarden.report/v1"
-    failing = {(f["check"], f["subject"]) for f in first["report"]["findings"] if f["status"] == "fail"}
-    assert ("host.sysctl", "net.core.rmem_max") not in failing and ("net.mtu", "enp156s0np0") in failing
-    again = playbook(tmp_path, site)
-    second = module_result(tmp_path)
-    assert again.rc == 0 and again.recap()["changed"] == 0
-    assert second["changed"] is False and second["actions"] == []
-
-
-def test_audited_reports_without_changing(node: Path, tmp_path: Path) -> None:
-    before = tree_bytes(node)
-    out = playbook(tmp_path, module_playbook(tmp_path, state="audited", snapshot=str(node)))
-    result = module_result(tmp_path)
-    assert out.rc == 0 and result["changed"] is False
-    assert result["summary"]["fail"] == sum(f["status"] == "fail" for f in result["report"]["findings"]) > 0
-    assert tree_bytes(node) == before
-
-
-def test_bad_input_fails_with_msg(tmp_path: Path) -> None:
-    out = playbook(tmp_path, module_playbook(tmp_path, state="remediated", snapshot=str(tmp_path / "missing"),
-                                             state_dir=str(tmp_path / "st")))
-    result = module_result(tmp_path)
-    assert out.rc != 0 and result["failed"] is True
-    assert "snapshot directory does not exist" in result["msg"]
-
-
-def test_refused_actions_warn_but_do_not_fail(node: Path, tmp_path: Path) -> None:
-    cmdline = node / "fs/proc/cmdline"
-    text = cmdline.read_text().strip()
-    cmdline.unlink()
-    cmdline.write_text(text + " transparent_hugepage=always\n")
-    out = playbook(tmp_path, module_playbook(tmp_path, state="remediated", snapshot=str(node),
-                                             state_dir=str(tmp_path / "st"), only=["thp:*"]))
-    result = module_result(tmp_path)
-    assert out.rc == 0 and result["changed"] is False
-    assert result["refused"][0]["id"] == "thp:enabled"
-    assert any("refused thp:enabled" in w for w in result["warnings"])
 
 
 def test_fleet_audit_fetches_reports(node: Path, tmp_path: Path) -> None:
@@ -183,6 +138,71 @@ def test_fleet_remediate_collects_results_and_skips_reboot(node: Path, tmp_path:
     assert sorted((a["id"], a["status"]) for a in collected["actions"]) == [
         ("acs:0000:b9:02.0", "not_allowed"), ("bios_attribute:bios", "applied")]  # disruptive not allowed
 
+
+def test_fleet_remediate_check_diff_on_a_fresh_controller(node: Path, tmp_path: Path) -> None:
+    """--check --diff with no results folder yet and nothing configured: the folder is made, the prediction kept.
+
+    Fails on the old playbook: its mkdir skipped in check mode and the copy (check_mode: false) then wrote into
+    a folder that did not exist."""
+    results = tmp_path / "controller" / "results"
+    before = tree_bytes(node)
+    out = playbook(tmp_path, PLAYBOOK_DIR / "fleet-remediate.yml", "--check", "--diff", fresh=True,
+                   extra={"nodewarden_snapshot": str(node), "nodewarden_results_dir": str(results),
+                          "nodewarden_state_dir": str(tmp_path / "st")})
+    assert out.rc == 0, out.stdout
+    assert tree_bytes(node) == before and not (tmp_path / "st").exists()  # nothing acted, not even a journal
+    collected = json.loads((results / "localhost.json").read_text())
+    assert collected["changed"] is True and collected["mode"] == "plan" and collected["run_id"] is None
+    assert {a["status"] for a in collected["actions"]} == {"planned", "not_allowed"}
+    shown = out.task_output("Remediate the node")
+    assert '-sysctl:net.core.rmem_max = "4194304"' in shown and '+sysctl:net.core.rmem_max = "134217728"' in shown
+    assert "--- before" not in out.task_output("Collect the result on the controller")  # no diff of our own files
+    assert oct(results.stat().st_mode & 0o777) == "0o750"
+
+
+def test_fleet_audit_check_mode_on_a_fresh_controller(node: Path, tmp_path: Path) -> None:
+    """The audit is read-only, so --check --diff audits and stores the reports like a normal run.
+
+    Fails on the old playbook: in check mode it made no folder, stored no report and built no fleet page."""
+    reports = tmp_path / "controller" / "reports"
+    before = tree_bytes(node)
+    out = playbook(tmp_path, PLAYBOOK_DIR / "fleet-audit.yml", "--check", "--diff", fresh=True,
+                   extra={"nodewarden_snapshot": str(node), "nodewarden_reports_dir": str(reports)})
+    assert out.rc == 0, out.stdout
+    assert tree_bytes(node) == before
+    report = json.loads((reports / "localhost.json").read_text())
+    assert report["schema"] == "nodewarden.report/v1" and report["summary"]["fail"] > 0
+    assert "nodewarden fleet report" in (reports / "fleet.html").read_text()
+    assert out.recap()["failed"] == 0
+
+
+def test_playbooks_use_the_collection_by_fqcn() -> None:
+    """No short module names left in the playbooks: they run where ansible/library is not on the path."""
+    import yaml
+
+    for name in ("fleet-audit.yml", "fleet-remediate.yml"):
+        (play,) = yaml.safe_load((PLAYBOOK_DIR / name).read_text())
+        modules = {key for task in play["tasks"] for key in task if "." in key}
+        assert modules, name
+        assert all(m.startswith(("ansible.builtin.", "nodewarden.gpu.")) for m in modules), modules
+    assert "nodewarden.gpu.remediate" in (PLAYBOOK_DIR / "fleet-remediate.yml").read_text()
+    assert "nodewarden.gpu.audit_info" in (PLAYBOOK_DIR / "fleet-audit.yml").read_text()
+
+
+def test_deprecated_module_still_works_through_the_collection(node: Path, tmp_path: Path) -> None:
+    """ansible/library/nodewarden.py is a thin wrapper now: same options and results, plus a deprecation."""
+    before = tree_bytes(node)
+    site = module_playbook(tmp_path, "nodewarden", state="remediated", snapshot=str(node),
+                           state_dir=str(tmp_path / "st"), only=["sysctl:*"])
+    out = playbook(tmp_path, site, "--check", "--diff")
+    assert out.rc == 0, out.stdout
+    result = module_result(tmp_path)
+    assert result["changed"] is True and result["run_id"] is None and tree_bytes(node) == before
+    assert {a["id"] for a in result["actions"]} == {"sysctl:kernel.numa_balancing", "sysctl:net.core.rmem_max"}
+    assert result["report"]["schema"] == "nodewarden.report/v1" and result["summary"]["fail"] > 0
+    assert any("nodewarden.gpu.remediate" in d["msg"] for d in result["deprecations"])
+    out = playbook(tmp_path, module_playbook(tmp_path, "nodewarden", state="audited", snapshot=str(node)))
+    assert out.rc == 0 and module_result(tmp_path)["changed"] is False
 
 def test_module_documentation_is_valid(tmp_path: Path) -> None:
     env = {**os.environ, "ANSIBLE_HOME": str(tmp_path / "home")}

@@ -34,7 +34,7 @@ EXPECTED_IDS = {
     "host.iommu", "topology.gpu_nic",
     "bmc.reachable", "bmc.health_rollup", "bmc.psu", "bmc.fans", "bmc.temperatures", "bmc.leak", "bmc.firmware",
     "firmware.consistency", "bmc.events", "bios.attribute", "bmc.switches", "crosscheck.gpu_count", "crosscheck.gpu_temperature",
-    "crosscheck.gpu_health", "baseline.drift",
+    "crosscheck.gpu_health", "crosscheck.hgx_gpu_health", "crosscheck.identity", "baseline.drift",
     "fabric.manager", "fabric.nvswitch.count", "fabric.sxid",
 }
 

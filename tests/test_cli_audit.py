@@ -152,20 +152,35 @@ def test_junit_output_loads_in_a_junit_reader(run_cli: RunCli, tmp_path: Path) -
     assert total == len(report["findings"])
 
 
-def test_prom_output_is_textfile_format_with_every_status_series(run_cli: RunCli, tmp_path: Path) -> None:
+def test_prom_output_is_textfile_format_one_series_per_problem(run_cli: RunCli, tmp_path: Path) -> None:
     out = tmp_path / "textfile" / "nodewarden.prom"
     out.parent.mkdir()  # the textfile folder exists; nodewarden never creates a folder it is told to write into
     result = run_cli("audit", "--simulate", "hgx-h100-drifted", "--format", "prom", "--output", str(out))
     assert result.code == 1
     assert sorted(os.listdir(out.parent)) == ["nodewarden.prom"]  # no temp file left behind
-    families = {f.name: f for f in text_string_to_metric_families(out.read_text())}
+    text = out.read_text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    # One series per finding that does not pass, its status in the value (5 fail, 3 warn): ...
     samples = families["nodewarden_check_status"].samples
-    rmem = {s.labels["status"]: s.value for s in samples
-            if s.labels["check"] == "host.sysctl" and s.labels["subject"] == "net.core.rmem_max"}
-    assert rmem == {"pass": 0, "warn": 0, "fail": 1, "unknown": 0, "skip": 0, "fixed": 0}
-    failing = {(s.labels["check"], s.labels["subject"]) for s in samples
-               if s.labels["status"] == "fail" and s.value == 1}
-    assert failing == DRIFTED_FAILS
+    codes = {(s.labels["check"], s.labels["subject"]): s.value for s in samples}
+    assert {key for key, code in codes.items() if code == 5} == DRIFTED_FAILS
+    assert {key for key, code in codes.items() if code == 3} == DRIFTED_WARNS
+    assert set(codes.values()) == {3, 5}  # passes and skips have no series of their own
+    rmem = next(s for s in samples if s.labels["subject"] == "net.core.rmem_max")
+    assert rmem.labels == {"check": "host.sysctl", "subject": "net.core.rmem_max", "severity": "warning",
+                           "action": "", "remediation": "sysctl"}
+    psu = next(s for s in samples if s.labels["check"] == "bmc.psu")
+    assert psu.labels["action"] == "replace_psu"
+    # ... and every finding counted per check and status, passing ones included.
+    report = audit(run_cli, "hgx-h100-drifted")[1]
+    checks = {(s.labels["check"], s.labels["status"]): s.value for s in families["nodewarden_checks"].samples}
+    assert sum(checks.values()) == len(report["findings"])
+    assert checks[("gpu.persistence_mode", "fail")] == 7 and checks[("gpu.temperature", "pass")] == 7
+    assert 0 not in checks.values()
+    totals = {(s.labels["status"], s.labels["severity"]): s.value for s in families["nodewarden_findings"].samples}
+    assert totals[("fail", "critical")] + totals[("fail", "warning")] == len(DRIFTED_FAILS)
+    assert totals[("unknown", "critical")] == 0  # the problem statuses are always there, 0 or not
+    assert len([line for line in text.splitlines() if line and not line.startswith("#")]) <= 200
     up = {s.labels["source"]: s.value for s in families["nodewarden_source_up"].samples}
     assert up == {"host": 1, "kmsg": 1, "nvml": 1, "redfish": 1}  # unconfigured sources export no up series
     assert families["nodewarden_profile_info"].samples[0].labels == {"profile": "hgx-h100-sxm"}
@@ -184,7 +199,12 @@ def test_table_shows_fails_first_and_a_summary(run_cli: RunCli) -> None:
                 {"fail", "pass", "skip", "warn", "unknown"}]
     assert "pass" not in statuses  # passes hidden without -v
     verbose = run_cli("-v", "audit", "--simulate", "hgx-h100-drifted", "--format", "table")
-    assert verbose.stdout.count(" pass ") >= 214
+    # -v shows every passing check; identical results on several GPUs or ports are one row (gpu0-6).
+    passing = {f["check"] for f in audit(run_cli, "hgx-h100-drifted")[1]["findings"] if f["status"] == "pass"}
+    pass_rows = [line.split() for line in verbose.stdout.splitlines() if line.startswith("  pass ")]
+    assert {row[2] for row in pass_rows} == passing
+    assert 0 < len(pass_rows) < summary["pass"]
+    assert "  pass    critical gpu.ecc.uncorrected" in verbose.stdout
     host_block = verbose.stdout.split("HOST\n", 1)[1].split("\n\n", 1)[0].splitlines()
     first_pass = next(i for i, line in enumerate(host_block) if line.split()[0] == "pass")
     assert all(line.split()[0] != "fail" for line in host_block[first_pass:])

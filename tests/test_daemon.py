@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon_peer import running_daemon
 from tests.peers.redfish import _die_with_parent, _stop, free_port, self_signed_tls, silent_listener
@@ -30,6 +31,16 @@ def write_config(tmp: Path, text: str) -> Path:
     path = tmp / "config.yaml"
     path.write_text(text)
     return path
+
+
+def finding_status(body: str, check: str, subject: str) -> float | None:
+    """The value of a finding's nodewarden_check_status series (5 fail, 4 unknown, 3 warn), None if it has none."""
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == "nodewarden_check_status" and (sample.labels["check"], sample.labels["subject"]) == (
+                    check, subject):
+                return float(sample.value)
+    return None
 
 
 # ---- a real Prometheus scrapes the daemon ----
@@ -86,18 +97,23 @@ def test_prometheus_scrapes_the_daemon_on_a_recorded_node(tmp_path: Path, promet
     with running_daemon(tmp_path, *DRIFTED) as daemon:
         prometheus.start(daemon.url.removeprefix("http://"))
         assert prometheus.wait('up{job="nodewarden"} == 1')
+        # A drifted 8-GPU node: at most 600 series per scrape (10,000 nodes in one Prometheus).
+        assert float(prometheus.wait('scrape_samples_scraped{job="nodewarden"}')[0]["value"][1]) <= 600
         def one(expr: str) -> float:
             (sample,) = prometheus.wait(expr)
             return float(sample["value"][1])
 
-        # The GPU that fell off the bus: a failing critical finding, its Xid counted against GPU 7.
-        assert one('nodewarden_check_status{check="gpu.xid",subject="gpu7",status="fail"}') == 1
+        # The GPU that fell off the bus: a failing critical finding (5 = fail), its Xid counted against GPU 7.
+        assert one('nodewarden_check_status{check="gpu.xid",subject="gpu7",severity="critical"}') == 5
         assert one('nodewarden_xid_errors_total{gpu="7",xid="79"}') == 1
         assert one('nodewarden_gpu_up{gpu="7"}') == 0
-        # Every status series is present for a finding, so a missing series never hides a problem.
-        statuses = prometheus.wait('nodewarden_check_status{check="gpu.power.limit",subject="gpu2"}')
-        assert {s["metric"]["status"] for s in statuses} == {"pass", "warn", "fail", "unknown", "skip", "fixed"}
-        assert one('nodewarden_check_status{check="gpu.power.limit",subject="gpu2",status="fail"}') == 1
+        # One series per finding that does not pass, the status in its value; passing ones are counted.
+        (capped,) = prometheus.wait('nodewarden_check_status{check="gpu.power.limit"}')
+        assert capped["metric"]["subject"] == "gpu2" and capped["metric"]["remediation"] == "gpu_power_limit"
+        assert float(capped["value"][1]) == 5
+        assert one('nodewarden_checks{check="gpu.power.limit",status="pass"}') == 6
+        assert one('nodewarden_checks{check="gpu.power.limit",status="fail"}') == 1
+        assert one('max(nodewarden_check_status)') == 5  # the worst status of the node
         assert one('nodewarden_gpu_power_limit_watts{gpu="2",limit="enforced"}') == 500
         assert len(prometheus.wait("nodewarden_gpu_temperature_celsius")) == 7
         margin = one('nodewarden_gpu_thermal_margin_celsius{gpu="0"}')
@@ -108,7 +124,7 @@ def test_prometheus_scrapes_the_daemon_on_a_recorded_node(tmp_path: Path, promet
             assert one(f'nodewarden_source_last_success_timestamp_seconds{{source="{source}"}}') > time.time() - 300
         assert one('nodewarden_profile_info{profile="hgx-h100-sxm"}') == 1
         assert one('nodewarden_psu_redundancy_ok') == 0  # the drifted node lost PSU redundancy
-        assert one('sum(nodewarden_psu_health{health="critical"})') == 1
+        assert one('count(nodewarden_psu_health == 4)') == 1  # one series per PSU, 4 = critical
         assert one('nodewarden_firmware_info{component="driver",version="535.129.03"}') == 1  # the downgrade
         assert one('nodewarden_firmware_info{component="BIOS.Setup.1-1",version="2.3.5"}') == 1  # stable ids
         assert one('nodewarden_findings{status="fail",severity="critical"}') >= 1
@@ -126,15 +142,15 @@ def test_an_xid_appended_to_the_log_is_counted_within_seconds(tmp_path: Path, dr
         kmsg = drifted_copy / "kmsg.txt"
         text = kmsg.read_text()
         kmsg.unlink()  # shares an inode with the session's capture
-        line = "3,99001,8123456789,-;NVRM: Xid (PCI:0000:19:00): 48, pid=4242, name=python, An uncorrectable double bit error"
+        # Stamped after the log's last record (253,412 s since boot): an earlier stamp would read as a new boot.
+        line = "3,99001,253500000000,-;NVRM: Xid (PCI:0000:19:00): 48, pid=4242, name=python, An uncorrectable double bit error"
         kmsg.write_text(text + line + "\n")
         appended = time.monotonic()
         daemon.wait_for(lambda: daemon.value('nodewarden_xid_errors_total{gpu="0",xid="48"}') == 1, timeout=10,
                         what="the new Xid in /metrics")
         assert time.monotonic() - appended < 5
         body = daemon.scrape()[1]
-        assert daemon.value('nodewarden_check_status{check="gpu.xid",severity="critical",status="fail",subject="gpu0"}',
-                            body) == 1
+        assert finding_status(body, "gpu.xid", "gpu0") == 5
         assert any(e.get("event") == "xid" and e.get("xid") == 48 for e in daemon.log_events())
         # A counter, not a last value: the same Xid again counts 2.
         kmsg.write_text(kmsg.read_text() + line.replace("99001", "99002") + "\n")
@@ -150,7 +166,7 @@ def test_sighup_reloads_waivers_and_a_bad_config_keeps_the_old_one(tmp_path: Pat
     config = write_config(tmp_path, f"waivers_file: {waivers}\n")
     series = 'nodewarden_check_waived{check="gpu.power.limit",subject="gpu2"}'
     with running_daemon(tmp_path, *DRIFTED, "--config", str(config)) as daemon:
-        assert daemon.value(series) == 0
+        assert daemon.value(series) is None  # a waiver series exists only while a waiver covers the finding
         waivers.write_text("waivers:\n  - check: gpu.power.limit\n    subject: gpu2\n"
                            "    reason: capped on purpose during the PSU swap\n    expires: 2099-01-01\n")
         daemon.proc.send_signal(signal.SIGHUP)
@@ -189,8 +205,7 @@ def test_a_hung_bmc_never_slows_a_scrape(tmp_path: Path) -> None:
 
         body = daemon.wait_for(redfish_down, what="redfish down")
         assert daemon.value('nodewarden_source_up{source="nvml"}', body) == 1  # the others carry on
-        assert daemon.value('nodewarden_check_status{check="bmc.reachable",severity="warning",status="fail",'
-                            'subject="redfish"}', body) == 1
+        assert finding_status(body, "bmc.reachable", "redfish") == 5
         latencies = []
         for _ in range(30):  # while reads keep hanging and timing out behind the scenes
             start = time.monotonic()
@@ -287,9 +302,9 @@ def test_auto_apply_fixes_safe_drift_and_journals_it(tmp_path: Path, drifted_cop
     assert rmem.read_text() == "4194304\n"
     with running_daemon(tmp_path, "--snapshot", str(drifted_copy), "--config", str(config)) as daemon:
         daemon.wait_for(lambda: rmem.read_text() == "134217728\n", what="the safe fix applied")
-        daemon.wait_for(lambda: daemon.value('nodewarden_check_status{check="host.sysctl",severity="warning",'
-                                             'status="pass",subject="net.core.rmem_max"}') == 1,
-                        what="the finding passing after the fix")
+        daemon.wait_for(lambda: finding_status(daemon.scrape()[1], "host.sysctl", "net.core.rmem_max") is None,
+                        what="the finding passing after the fix (a passing finding has no series)")
+        assert daemon.value('nodewarden_checks{check="host.sysctl",status="pass"}') == 3
         applied = [e for e in daemon.log_events() if e.get("event") == "auto_apply"]
         assert any(e.get("action") == "sysctl:net.core.rmem_max" and e.get("outcome") == "applied" for e in applied)
         assert not any(e.get("action", "").startswith("bios_attribute") and e.get("outcome") == "applied"

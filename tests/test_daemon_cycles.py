@@ -12,8 +12,11 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon_peer import DaemonProcess, running_daemon
 from tests.peers.redfish import mockup, silent_listener, sushy_static
@@ -62,6 +65,7 @@ def assert_sensors_survive_polls(daemon: DaemonProcess) -> None:
         first = first or current
         assert current == first  # PSU, fan and temperature series stay, with their values
     assert first and all(any(k.startswith(f) for k in first) for f in SENSOR_FAMILIES[:2])
+    assert all("health=" not in k for k in first)  # one series per PSU and fan, the health in its value
 
 
 def test_sensor_polls_refresh_a_recorded_bmc(tmp_path: Path) -> None:
@@ -81,14 +85,18 @@ def test_sensor_polls_refresh_a_live_bmc(tmp_path: Path) -> None:
         assert_sensors_survive_polls(daemon)
 
 
+STATUS_OF_CODE = {2: "fixed", 3: "warn", 4: "unknown", 5: "fail"}  # docs/metrics.md
+
+
 def daemon_findings(body: str) -> set[tuple[str, str, str]]:
-    """(check, subject, status) of every finding the exposition carries."""
+    """(check, subject, status) of every finding that does not pass, and (check, "*", status: count) of all."""
     found = set()
-    for name, value in series(body, "nodewarden_check_status{").items():
-        if value != 1:
-            continue
-        labels = dict(part.split("=", 1) for part in name[len("nodewarden_check_status{"):-1].split('",'))
-        found.add((labels["check"].strip('"'), labels["subject"].strip('"'), labels["status"].strip('"')))
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            if s.name == "nodewarden_check_status":
+                found.add((s.labels["check"], s.labels["subject"], STATUS_OF_CODE[int(s.value)]))
+            elif s.name == "nodewarden_checks":
+                found.add((s.labels["check"], "*", f"{s.labels['status']}: {int(s.value)}"))
     return found
 
 
@@ -99,9 +107,12 @@ def audit_findings(*args: str) -> set[tuple[str, str, str]]:
     assert result.returncode in (0, 1), result.stderr
     report = json.loads(result.stdout)
     seen: dict[tuple[str, str], str] = {}
+    counts: Counter[tuple[str, str]] = Counter()
     for f in report["findings"]:  # the exposition keeps the first finding per (check, subject)
         seen.setdefault((f["check"], f["subject"]), f["status"])
-    return {(check, subject, status) for (check, subject), status in seen.items()}
+        counts[(f["check"], "waived" if f["waiver"] else f["status"])] += 1
+    return {(check, subject, status) for (check, subject), status in seen.items() if status not in ("pass", "skip")} | {
+        (check, "*", f"{status}: {n}") for (check, status), n in counts.items()}
 
 
 def test_many_cycles_of_every_poller_judge_as_a_one_shot_audit(tmp_path: Path) -> None:
@@ -124,7 +135,7 @@ def test_first_publish_does_not_wait_for_a_bmc_that_never_answers(tmp_path: Path
 
         def published() -> str | None:
             status, body = daemon.scrape(timeout=1)
-            return body if status == 200 and "nodewarden_check_status{" in body else None
+            return body if status == 200 and "nodewarden_checks{" in body else None
 
         body = daemon.wait_for(published, timeout=10, what="findings on /metrics")
         took = time.monotonic() - started

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agent.fleet import FleetOptions, build_fleet, newest_per_node, summarize_report
+from agent.fleet.prometheus import read_prometheus
 from tests.conftest import REPO, RunCli
 from tests.daemon_peer import running_daemon
 from tests.test_daemon import prometheus
@@ -216,8 +217,18 @@ def test_fleet_report_from_prometheus(run_cli: RunCli, tmp_path: Path, prometheu
         prometheus.start(daemon.url.removeprefix("http://"))
         prometheus.wait('nodewarden_xid_errors_total{gpu="7"}')
         prometheus.wait("nodewarden_audit_timestamp_seconds")
+        prometheus.wait('nodewarden_source_pending{source="redfish"} == 0')
+        prometheus.wait('nodewarden_checks{check="bmc.psu"}')
         result = run_cli("fleet", "report", "--prometheus", prometheus.url, "--format", "json")
+        (from_prometheus,) = read_prometheus(prometheus.url, keep_rows=True)
     assert result.code == 0, result.stderr
+    # The same node as its audit file says it, from one series per problem and per-check counts.
+    from_file = summarize_report(json.loads(run_cli("audit", "--simulate", "hgx-h100-drifted",
+                                                    "--format", "json").stdout), "drifted.json")
+    assert from_prometheus.counts == from_file.counts and from_prometheus.checks == from_file.checks
+    assert {(r.check, r.subject, r.status) for r in from_prometheus.failing} == {
+        (r.check, r.subject, r.status) for r in from_file.failing}
+    assert {r.status for r in from_prometheus.rows} == {"fail", "warn"}  # passing findings have no series
     fleet = result.json()
     (node,) = fleet["nodes"]
     assert node["node"] == "127.0.0.1" and node["profile"] == "hgx-h100-sxm" and node["compliant"] is False

@@ -72,6 +72,10 @@ IMPORTABLE: dict[str, tuple[str, str, list[tuple[str, tuple[str, str], str, int,
         ("0000:03:00.0", ("NVIDIA H200", "10de:2335"), "enabled", 28, 700.0, "enabled")]),
     "thamada-gls/L40S.q.txt": ("text", "550.127.05", [
         ("0000:a1:00.0", ("NVIDIA L40S", "10de:26b9"), "enabled", 30, 350.0, "enabled")]),
+    # R460 prints "Ecc Mode" (not "ECC Mode") and Single/Double Bit ECC totals; Hyper-V PCI domains.
+    "azhpc-diagnostics/nvidia-smi-q.4xV100-PCIE-16GB.txt": ("text", "460.32.03", [
+        (f"000{n}:00:00.0", ("Tesla V100-PCIE-16GB", "10de:1db4"), "enabled", temp, 250.0, "disabled")
+        for n, temp in ((1, 32), (2, 31), (3, 30), (4, 31))]),
 }
 # `nvidia-smi -q -d PAGE_RETIREMENT`: only the Retired Pages sections.
 RETIRED_ONLY = ("azurehpc/orig_nvsmi8_output.txt", "azurehpc/bad_nvsmi8_output.txt")
@@ -80,6 +84,7 @@ NOT_DUMPS = (
     "azhpc-diagnostics/nvidia-smi-inforom.8xV100.txt",
     "azhpc-diagnostics/nvidia-smi-nvlink-status.bad.8xV100.txt",
     "azhpc-diagnostics/nvidia-smi-query-gpu.retired-remapped.csv",
+    "azhpc-diagnostics/cuda-bandwidthTest.A100-SXM4-40GB.txt",  # CUDA samples' bandwidthTest, not nvidia-smi
     "azurehpc/bad_nvlink_status.txt",
     "azurehpc/good_nvlink_status.txt",
     "gpud/nvidia-smi.550.90.07.out.0.valid.txt",

@@ -7,7 +7,9 @@
   the recording rules, or `up`;
 * every dashboard expression (Grafana variables replaced by concrete values) is parsed by a real
   Prometheus server started for this module (`prometheus_server`): a parse error is HTTP 400
-  `bad_data`. The same server loads the rules file and must evaluate every rule without error.
+  `bad_data`. The same server loads the rules file and must evaluate every rule without error;
+* neither the rules nor the dashboard name a scrape job: the daemon's job and node_exporter's
+  (textfile collector) both work (tests/test_alerting.py runs both on the drifted node's metrics).
 
 Needs `promtool` and `prometheus` (Debian package `prometheus`; `python -m tests.peers.setup` installs
 it). Without them these tests fail, they do not skip.
@@ -49,7 +51,8 @@ START_TIMEOUT_S = 15.0
 
 # What the Grafana variables become before an expression goes to Prometheus.
 GRAFANA_VALUES = {
-    "instance": "gpu-node-1:9847",
+    "job": "nodewarden",
+    "instance": "(gpu-node-1:9847|gpu-node-2:9100)",  # a multi-value selection, as Grafana writes it for =~
     "gpu": "0",
     "__rate_interval": "2m",
     "__interval": "1m",
@@ -58,11 +61,11 @@ GRAFANA_VALUES = {
 # Series that are not nodewarden's own but may appear in expressions.
 FOREIGN_METRICS = {"up"}
 # Alerts about the absence of the whole job have no instance to name.
-NO_INSTANCE_ALERTS = {"NodewardenJobAbsent"}
+NO_INSTANCE_ALERTS = {"NodewardenMetricsAbsent"}
 SEVERITIES = {"critical", "warning"}
-# A templated severity must come from a label whose values are only critical|warning in the alert's
-# expression (the PSU/fan health regex, or a failing finding's severity).
-TEMPLATED_SEVERITIES = {"{{ $labels.health }}", "{{ $labels.severity }}"}
+# A templated severity must be critical|warning: a failing finding's severity (info never fails), or
+# chosen from the alert's value (PSU and fan: 4 critical, 3 warning).
+TEMPLATED_SEVERITIES = {"{{ $labels.severity }}", "{{ if ge $value 4.0 }}critical{{ else }}warning{{ end }}"}
 
 
 # --- tools ------------------------------------------------------------------------------------------
@@ -249,13 +252,28 @@ def test_rules_shape() -> None:
         if name not in NO_INSTANCE_ALERTS:
             for key in ("summary", "description"):
                 assert "$labels.instance" in notes[key], f"{name}: {key} does not name the instance"
-                assert re.search(r"\$labels\.(?!instance\b)\w+", notes[key]), f"{name}: {key} names no subject"
-    expected = {"NodewardenCriticalFinding", "NodewardenWarningFinding", "NodewardenSourceDown",
-                "NodewardenSourceStale", "NodewardenXidCritical", "NodewardenXidWarning",
-                "NodewardenGpuThermalMarginLow", "NodewardenGpuLost", "NodewardenIbPortFlapping", "NodewardenPsuRedundancyLost",
-                "NodewardenPsuUnhealthy", "NodewardenFanUnhealthy", "NodewardenFirmwareDrift",
-                "NodewardenFirmwareCheckFailed", "NodewardenDaemonDown", "NodewardenJobAbsent"}
+            # The subject: a label (source), or the node's list of them from a `query` (checks, PSUs, GPUs).
+            assert re.search(r"\$labels\.(?!instance\b)\w+|\$s\.Labels\.\w+", notes["description"]), (
+                f"{name}: the description names no subject")
+    expected = {"NodewardenNodeCritical", "NodewardenPsuFailed", "NodewardenFanFailed", "NodewardenFirmwareMismatch",
+                "NodewardenTuningDrift", "NodewardenNodeWarning", "NodewardenSourceDown", "NodewardenSourceStale",
+                "NodewardenDaemonDown", "NodewardenMetricsAbsent", "NodewardenXidCritical", "NodewardenXidWarning",
+                "NodewardenGpuThermalMarginLow", "NodewardenIbPortFlapping", "NodewardenFirmwareDrift"}
     assert set(names) == expected
+    for rule in alerts():  # alerts per node, not per finding, GPU or port: `for` on every state alert
+        if rule["alert"] not in {"NodewardenXidCritical", "NodewardenXidWarning", "NodewardenIbPortFlapping"}:
+            assert rule.get("for"), f"{rule['alert']}: no `for:` duration"
+
+
+def test_no_rule_or_panel_names_a_job() -> None:
+    """Both deployments: the daemon's job and node_exporter's (textfile collector) are not named."""
+    for path in (RULES, DASHBOARD):
+        text = json.dumps(load_yaml(path))  # values only: the comments may name example jobs
+        literal = re.findall(r'job\s*=~?\s*\\*"(?!\$job)[^"\\]*', text)
+        assert not literal, f"{path.name} names a job: {literal}"
+    for where, expr in [*panel_targets(), *variable_selectors()]:
+        if where != "variable job":
+            assert 'job=~"$job"' in expr, f"{where} ignores $job: {expr}"
 
 
 def test_every_alert_fires_and_stays_silent_in_the_unit_tests() -> None:
@@ -316,11 +334,17 @@ EXPECTATION_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
 
 # A rule broken on purpose (old text -> new text): the unchanged unit tests must fail.
 RULE_MUTATIONS = {
-    "thermal margin threshold 5 -> 7": ("nodewarden_gpu_thermal_margin_celsius < 5",
-                                        "nodewarden_gpu_thermal_margin_celsius < 7"),
-    "waivers ignored": ('severity="critical", check!~".*firmware.*"} == 1\n'
-                        "          unless on (instance, check, subject) nodewarden_check_waived == 1",
-                        'severity="critical", check!~".*firmware.*"} == 1'),
+    "thermal margin threshold 5 -> 7": ("(nodewarden_gpu_thermal_margin_celsius) < 5",
+                                        "(nodewarden_gpu_thermal_margin_celsius) < 7"),
+    "waivers ignored": ("nodewarden_check_status == 5\n"
+                        "            unless on (job, instance, check, subject) nodewarden_check_waived == 1",
+                        "nodewarden_check_status == 5"),
+    "warn and unknown counted as failing": ("nodewarden_check_status == 5\n", "nodewarden_check_status >= 3\n"),
+    "PSU failures drain the node": ('severity="critical", action!~"replace_psu|replace_fan"}', 'severity="critical"}'),
+    "critical PSU only a warning": ('severity="critical"} * 0 + 4)', 'severity="critical"} * 0 + 3)'),
+    "targets forgotten when they go down": (
+        "or\n          (group by (job, instance) (up) and on (job, instance) nodewarden:target)", ""),
+    "a CPU node's node_exporter counts": ("up == 0 and on (job, instance) nodewarden:target", "up == 0"),
     "nvml stale after 9000 s": ("> 900)", "> 9000)"),
     "quiet kmsg judged stale": ('source!~"host|nvml|kmsg"', 'source!~"host|nvml"'),
     "Xid 79 not critical": ('xid=~"48|61|62|63|64|74|79|', 'xid=~"48|61|62|63|64|74|'),
@@ -329,7 +353,7 @@ RULE_MUTATIONS = {
         "and on (job, instance, source) (nodewarden_source_last_success_timestamp_seconds > 0)", ""),
     "firmware drift without majority": (
         "unless on (job, profile, component, version) nodewarden:firmware_version_majority:count", ""),
-    "redundancy alert on ok": ("nodewarden_psu_redundancy_ok == 0", "nodewarden_psu_redundancy_ok == 1"),
+    "redundancy alert on ok": ("(nodewarden_psu_redundancy_ok == 0)", "(nodewarden_psu_redundancy_ok == 1)"),
 }
 
 
@@ -393,13 +417,18 @@ def test_dashboard_structure() -> None:
     assert dash["uid"] == "nodewarden-fleet" and dash["title"]
     assert dash["schemaVersion"] == 39
     variables = {var["name"]: var for var in dash["templating"]["list"]}
-    assert set(variables) >= {"datasource", "instance", "gpu"}
+    assert set(variables) >= {"datasource", "job", "instance", "gpu"}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    for name in ("instance", "gpu"):
+    for name in ("job", "instance", "gpu"):
         var = variables[name]
         assert var["type"] == "query" and var["datasource"]["uid"] == "${datasource}"
         assert var["query"]["query"].startswith("label_values(") and var["definition"] == var["query"]["query"]
-    assert "$instance" in variables["gpu"]["query"]["query"]
+    # nodewarden's targets, whatever their job: the daemon's or node_exporter's (textfile collector)
+    assert variables["job"]["query"]["query"] == "label_values(nodewarden_build_info, job)"
+    assert variables["instance"]["query"]["query"] == 'label_values(nodewarden_build_info{job=~"$job"}, instance)'
+    assert variables["instance"]["multi"] is True and variables["instance"]["includeAll"] is True
+    assert variables["job"]["includeAll"] is True and variables["job"]["allValue"] == ".+"
+    assert {"$job", "$instance"} <= set(re.findall(r"\$\w+", variables["gpu"]["query"]["query"]))
 
     panels = list(all_panels(dash["panels"]))
     ids = [panel["id"] for panel in panels]
@@ -430,9 +459,30 @@ def test_dashboard_structure() -> None:
                 assert "$instance" in target["expr"], f"{where}: a drill-down query ignores $instance"
     titles = {panel["title"] for panel in panels}
     assert titles >= {"Failing nodes", "Critical findings (not waived)", "Sources down", "Firmware versions",
+                      "Targets down", "Failing checks across the fleet", "Checks",
                       "Xid events", "Hottest GPUs", "GPU temperature", "GPU thermal margin",
                       "GPU power and enforced limit", "ECC errors (volatile)", "Row remaps", "NVLink active links",
                       "PSU and fan health", "Findings"}
+
+
+def test_value_mappings_are_the_exporters_codes() -> None:
+    """The Findings and PSU/fan tables show the names of the codes agent/ writes (docs/metrics.md)."""
+    from agent.metrics import HEALTH_CODES
+    from agent.report.prom import PASSING, STATUS_CODES
+
+    mapped: dict[str, dict[str, str]] = {}
+    for panel in all_panels(dashboard()["panels"]):
+        for override in panel.get("fieldConfig", {}).get("overrides", []):
+            for prop in override["properties"]:
+                if prop["id"] == "mappings":
+                    (mapping,) = prop["value"]
+                    mapped[override["matcher"]["options"]] = {k: v["text"] for k, v in mapping["options"].items()}
+    statuses = {str(code): status.value for status, code in STATUS_CODES.items() if status not in PASSING}
+    health = {str(code): name for name, code in HEALTH_CODES.items()}
+    assert mapped == {"status": statuses, "PSU health": health, "fan health": health}
+    doc = METRICS_DOC.read_text(encoding="utf-8")
+    assert ", ".join(f"{code} {name}" for code, name in sorted((c, s.value) for s, c in STATUS_CODES.items())) in doc
+    assert ", ".join(f"{code} {name}" for name, code in sorted(HEALTH_CODES.items(), key=lambda kv: kv[1])) in doc
 
 
 # --- a real Prometheus --------------------------------------------------------------------------------
@@ -515,8 +565,8 @@ def test_prometheus_rejects_a_bad_expression(prometheus_server: PromServer) -> N
 
 
 def test_substitute() -> None:
-    assert substitute('x{instance=~"$instance", gpu="${gpu}"}[$__rate_interval] [[gpu]] $unknown') == (
-        'x{instance=~"gpu-node-1:9847", gpu="0"}[2m] 0 $unknown')
+    assert substitute('x{job=~"$job", instance=~"$instance", gpu="${gpu}"}[$__rate_interval] [[gpu]] $unknown') == (
+        'x{job=~"nodewarden", instance=~"(gpu-node-1:9847|gpu-node-2:9100)", gpu="0"}[2m] 0 $unknown')
 
 
 def test_dashboard_expressions_parse(prometheus_server: PromServer) -> None:

@@ -80,6 +80,14 @@ COLLECTIONS = {
     "powershelf_delta": ("/redfish/v1/Chassis", 1, "/redfish/v1/Chassis/PowerShelf_0"),
     "powershelf_liteon": ("/redfish/v1/Chassis", 2, "/redfish/v1/Chassis/PowerShelf_0"),
     "supermicro-x10": ("/redfish/v1/Systems/1/LogServices/Log1/Entries", 65, "/redfish/v1/Systems/1/LogServices/Log1/Entries/1"),
+    # issue 13's evidence trees (tests/test_bmc_evidence.py)
+    "hpe-ilo5-dl360-gen10plus": ("/redfish/v1/Systems/1/LogServices/IML/Entries", 142,
+                                 "/redfish/v1/Systems/1/LogServices/IML/Entries/1"),
+    "cray-ex-cmm-chassis-controller": ("/redfish/v1/Chassis", 17, "/redfish/v1/Chassis/Blade7"),
+    "cray-ex420-intel-blade": ("/redfish/v1/Chassis", 5, "/redfish/v1/Chassis/Node0"),
+    "cray-ex425-amd-milan-blade": ("/redfish/v1/Chassis", 4, "/redfish/v1/Chassis/Mezz0"),
+    "cray-ex4252-amd-genoa-blade": ("/redfish/v1/Chassis", 9, "/redfish/v1/Chassis/Mezz1"),
+    "cray-slingshot-switch-blade": ("/redfish/v1/Chassis", 1, "/redfish/v1/Chassis/Enclosure"),
 }
 
 

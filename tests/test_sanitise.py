@@ -46,9 +46,11 @@ def hostile_snapshot(drifted_copy: Path) -> Path:
     assert '"96.00.74.00.0D"' in nvml
     _replace(snap / "nvml.json", nvml.replace('"96.00.74.00.0D"', f'"96.00{SURROGATE_JSON}"', 1).encode())
     thermal = snap / "redfish/v1/Chassis/System.Embedded.1/Thermal/index.json"
-    text = thermal.read_text(encoding="utf-8")
-    assert '"System Board Fan1A"' in text
-    _replace(thermal, text.replace('"System Board Fan1A"', f'"Fan{SURROGATE_JSON}"').encode())
+    body = json.loads(thermal.read_text(encoding="utf-8"))
+    fan = next(f for f in body["Fans"] if f["Name"] == "System Board Fan1A")
+    fan["Name"] = fan["FanName"] = json.loads(f'"Fan{SURROGATE_JSON}"')
+    fan["Status"]["Health"] = "Critical"  # a failing finding: passes have no prom series of their own
+    _replace(thermal, json.dumps(body).encode())  # ensure_ascii: the surrogate is written as \udcff
     return snap
 
 

@@ -281,3 +281,54 @@ def test_remediate_plan_through_a_symlinked_etc_is_one_clear_error(run_cli: RunC
     assert result.code == 2 and "Traceback" not in result.stderr
     assert "/etc/sysctl.conf: refused: fs/etc is a symlink inside the snapshot" in result.stderr
     assert sorted(p.name for p in outside.iterdir()) == ["sysctl.conf"] and MARKER not in result.stdout
+
+
+def test_daemon_follower_reads_a_bounded_tail_and_refuses_a_symlinked_log(tmp_path: Path) -> None:
+    """The daemon's follower of a recorded kmsg.txt: a huge log costs one tail, a symlink is not followed."""
+    import time
+
+    from agent.sources.kmsg import KMSG_TAIL_BYTES, KmsgFollower
+
+    log = tmp_path / "kmsg.txt"
+    with open(log, "wb") as handle:
+        handle.truncate(64 << 20)  # sparse: no records, no newline
+        handle.seek(64 << 20)
+        handle.write(b"\n4,1,10,-;NVRM: Xid (PCI:0000:19:00): 48, late record\n")
+    seen: list[str] = []
+    follower = KmsgFollower(log, live=False, on_new=lambda batch: seen.extend(r.message for r in batch), poll_s=0.05)
+    follower.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        follower.stop()
+    assert seen == ["NVRM: Xid (PCI:0000:19:00): 48, late record"] and KMSG_TAIL_BYTES <= 16 << 20
+    secret = outside_secret(tmp_path)
+    link = tmp_path / "linked-kmsg.txt"
+    os.symlink(secret, link)
+    follower = KmsgFollower(link, live=False, on_new=lambda batch: seen.extend(r.message for r in batch), poll_s=0.05)
+    follower.start()
+    try:
+        deadline = time.monotonic() + 10
+        while follower.error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        follower.stop()
+    assert follower.error is not None and "refused: a symlink" in follower.error
+    assert not any(MARKER in message for message in seen)
+
+
+def test_remediate_never_stages_bios_settings_through_a_symlinked_folder(run_cli: RunCli, drifted_copy: Path,
+                                                                         tmp_path: Path, empty_config: Path) -> None:
+    """The recorded BMC's Bios/Settings folder links outside: the PATCH must not land there."""
+    settings = drifted_copy / "redfish/v1/Systems/System.Embedded.1/Bios/Settings"
+    outside = tmp_path / "outside-settings"
+    shutil.copytree(settings, outside)
+    plant_link(settings, outside)
+    before = _tree(outside)
+    result = run_cli("remediate", "--snapshot", str(drifted_copy), "--state-dir", str(tmp_path / "state"),
+                     "--config", str(empty_config), "--format", "json", "--only", "bios*", "--allow", "reboot",
+                     "--apply")
+    assert _tree(outside) == before
+    assert "Bios/Settings is a symlink inside the snapshot" in result.stdout + result.stderr

@@ -2,7 +2,9 @@
 
 The same `NodeSummary` as from audit files, built from instant queries: a
 node is an `instance` (its port dropped). Messages and observed values are
-not in Prometheus, so finding rows carry the check and subject only.
+not in Prometheus, so finding rows carry the check and subject only, and only
+for findings that do not pass: a passing or skipped finding is a count in
+`nodewarden_checks{check,status}`, not a series of its own (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from agent.jsonfile import load_json_bytes
 
 MAX_ANSWER_BYTES = 1 << 30  # one instant query over 20,000 nodes' check series is ~1 GB at worst
 
+# nodewarden_check_status's value -> status (agent.report.prom.STATUS_CODES; a test keeps them equal).
+STATUS_OF_CODE = {0: "pass", 1: "skip", 2: "fixed", 3: "warn", 4: "unknown", 5: "fail"}
+
 QUERIES = {
-    "status": "nodewarden_check_status == 1",
+    "checks": "nodewarden_checks > 0",
+    "status": "nodewarden_check_status",
     "waived": "nodewarden_check_waived == 1",
     "profile": "nodewarden_profile_info == 1",
     "firmware": "nodewarden_firmware_info == 1",
@@ -55,6 +61,13 @@ def _node(metric: dict[str, str]) -> str:
     return re.sub(r":\d+$", "", metric.get("instance", "?"))
 
 
+def _count(sample: dict[str, Any]) -> int:
+    try:
+        return int(float(sample["value"][1]))
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError):
+        return -1
+
+
 def read_prometheus(base: str, keep_rows: bool = False, timeout_s: float = 30.0) -> list[NodeSummary]:
     if not re.match(r"^https?://", base):
         raise FleetInputError(f"--prometheus takes an http(s) URL, got {base!r}")
@@ -63,14 +76,23 @@ def read_prometheus(base: str, keep_rows: bool = False, timeout_s: float = 30.0)
     per_node: dict[str, dict[str, Any]] = defaultdict(lambda: {
         "counts": Counter(), "failing": [], "checks": {}, "firmware": defaultdict(set), "temps": {},
         "xids": Counter(), "waivers": [], "down": {}, "profile": "?", "started": None, "rows": [], "baseline": False})
-    for sample in results["status"]:
+    for sample in results["checks"]:
         m = sample["metric"]
         node = per_node[_node(m)]
-        check, subject, status = m.get("check", "?"), m.get("subject", ""), m.get("status", "")
-        is_waived = (_node(m), check, subject) in waived
+        check, status, count = m.get("check", "?"), m.get("status", ""), _count(sample)
+        if count < 0:
+            continue
         node["baseline"] = node["baseline"] or check == BASELINE_CHECK
-        node["counts"]["waived" if is_waived else status] += 1
-        node["checks"][check] = node["checks"].get(check, True) and not (status == "fail" and not is_waived)
+        node["counts"][status] += count
+        node["checks"][check] = node["checks"].get(check, True) and not (status == "fail" and count > 0)
+    for sample in results["status"]:
+        m = sample["metric"]
+        status = STATUS_OF_CODE.get(_count(sample))
+        if status is None:
+            continue
+        node = per_node[_node(m)]
+        check, subject = m.get("check", "?"), m.get("subject", "")
+        is_waived = (_node(m), check, subject) in waived
         row = FindingRow(check, subject, status, m.get("severity", ""), is_waived, f"{check} {subject}: {status}")
         if status in ("fail", "warn") and not is_waived:
             node["failing"].append(row)

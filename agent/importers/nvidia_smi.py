@@ -102,8 +102,9 @@ def _paths() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         "compute_mode": (("Compute Mode",), ("compute_mode",)),
         "mig_current": (("MIG Mode/Current",), ("mig_mode/current_mig",)),
         "mig_pending": (("MIG Mode/Pending",), ("mig_mode/pending_mig",)),
-        "ecc_current": (("ECC Mode/Current",), ("ecc_mode/current_ecc",)),
-        "ecc_pending": (("ECC Mode/Pending",), ("ecc_mode/pending_ecc",)),
+        # "Ecc Mode" until R470 or so (the 460.32.03 V100 dump), "ECC Mode" since
+        "ecc_current": (("ECC Mode/Current", "Ecc Mode/Current"), ("ecc_mode/current_ecc",)),
+        "ecc_pending": (("ECC Mode/Pending", "Ecc Mode/Pending"), ("ecc_mode/pending_ecc",)),
         "recovery_action": (("GPU Recovery Action",), ("gpu_recovery_action",)),
         "pci_bus": (("PCI/Bus",), ("pci/pci_bus",)),
         "pci_device": (("PCI/Device",), ("pci/pci_device",)),
@@ -184,6 +185,10 @@ def _paths() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     ):
         p[key] = (tuple(f"{s}/{label}" for label in labels for s in text_sections),
                   tuple(f"{s}/{tag}" for tag in tags for s in xml_sections))
+    # "Module Power Readings" (535+): the Grace Hopper module's limits; N/A on GPUs without a module.
+    p["module_limit"] = (("Module Power Readings/Current Power Limit",), ("module_power_readings/current_power_limit",))
+    p["module_requested"] = (("Module Power Readings/Requested Power Limit",),
+                             ("module_power_readings/requested_power_limit",))
     for bit, labels, suffix in CLOCK_REASONS:
         p[f"clock_{bit}"] = (
             tuple(f"{section}/{label}" for section, _ in CLOCK_SECTIONS["text"] for label in labels),
@@ -764,6 +769,9 @@ class _GpuMapper:
         put("NVML_FI_DEV_PCIE_REPLAY_COUNTER", self.convert("pcie_replays", _count))
         put("NVML_FI_DEV_MEMORY_TEMP", self.convert("temp_memory", _celsius))
         put("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", self.convert("recovery_action", _lookup(RECOVERY_ACTIONS)))
+        # at NVML_POWER_SCOPE_MODULE (1), the key the reader asks for
+        put("NVML_FI_DEV_POWER_CURRENT_LIMIT:1", self.convert("module_limit", _milliwatts))
+        put("NVML_FI_DEV_POWER_REQUESTED_LIMIT:1", self.convert("module_requested", _milliwatts))
         return fields
 
     def ecc_total(self, scope: str, parts: tuple[str, ...], old_total: str) -> Any:

@@ -1,9 +1,11 @@
 """Prometheus exposition of findings: the audit's textfile output and the daemon's /metrics.
 
-Every finding exports one series per possible status (1 for the current one,
-0 for the others), so an alert on `status="fail"` never silently loses its
-series when a check stops failing or stops running. Metric names and labels
-are the contract in docs/metrics.md.
+Sized for a Prometheus that holds 10,000 nodes: a finding that passes (or is skipped) is
+counted in `nodewarden_checks{check,status}` and has no series of its own; every other
+finding (warn, unknown, fail, fixed) has one `nodewarden_check_status{check,subject,...}`
+series whose value is its status, coded by badness (STATUS_CODES) so `max()` is the worst.
+A status change is a new value, not a new series. Metric names and labels are the contract
+in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -22,18 +24,26 @@ from agent.engine import Report
 from agent.model import Status
 from agent.sanitise import clean
 
-STATUSES = [s.value for s in Status]
+# Status codes, ordered by badness: `max by (instance) (nodewarden_check_status)` is the worst.
+STATUS_CODES = {Status.PASS: 0, Status.SKIP: 1, Status.FIXED: 2, Status.WARN: 3, Status.UNKNOWN: 4, Status.FAIL: 5}
+PASSING = (Status.PASS, Status.SKIP)  # counted only; every other status has a series per finding
 SEVERITIES = ("info", "warning", "critical")
+ALWAYS_COUNTED = ("warn", "fail", "unknown")  # nodewarden_findings: present (0) for every severity
 
 
 def report_families(report: Report) -> list[Metric]:
     """Findings, sources, profile and version: what an audit knows."""
-    status = GaugeMetricFamily("nodewarden_check_status", "1 for the finding's current status, 0 for the others",
-                               labels=["check", "subject", "severity", "status"])
-    waived = GaugeMetricFamily("nodewarden_check_waived", "1 if the finding is covered by an unexpired waiver",
+    status = GaugeMetricFamily(
+        "nodewarden_check_status",
+        "Status of a finding that is not pass or skip: 2 fixed, 3 warn, 4 unknown, 5 fail (0 pass and 1 skip "
+        "are counted in nodewarden_checks only)",
+        labels=["check", "subject", "severity", "action", "remediation"])
+    waived = GaugeMetricFamily("nodewarden_check_waived", "1 if an unexpired waiver covers the finding (only then)",
                                labels=["check", "subject"])
-    totals = GaugeMetricFamily("nodewarden_findings", "Findings by status and severity (waived counted as waived)",
-                               labels=["status", "severity"])
+    checks = GaugeMetricFamily("nodewarden_checks", "Findings per check and status (waived counted as waived; "
+                               "only non-zero counts)", labels=["check", "status"])
+    totals = GaugeMetricFamily("nodewarden_findings", "Findings by status and severity (waived counted as waived; "
+                               "warn, fail and unknown always present)", labels=["status", "severity"])
     source_up = GaugeMetricFamily("nodewarden_source_up", "1 if the source answered its last read, 0 if not",
                                   labels=["source"])
     source_pending = GaugeMetricFamily("nodewarden_source_pending",
@@ -47,21 +57,29 @@ def report_families(report: Report) -> list[Metric]:
     duration = GaugeMetricFamily("nodewarden_audit_duration_seconds", "How long the last audit took")
 
     seen: set[tuple[str, str]] = set()
-    counts: dict[tuple[str, str], int] = {}
+    totals_count: dict[tuple[str, str], int] = {}
+    checks_count: dict[tuple[str, str], int] = {}
     for finding in report.findings:
+        counted = "waived" if finding.waiver else finding.status.value
+        totals_key = (counted, finding.severity.value)
+        totals_count[totals_key] = totals_count.get(totals_key, 0) + 1
+        checks_count[(finding.check, counted)] = checks_count.get((finding.check, counted), 0) + 1
         key = (finding.check, finding.subject)
-        counts_key = ("waived" if finding.waiver else finding.status.value, finding.severity.value)
-        counts[counts_key] = counts.get(counts_key, 0) + 1
-        if key in seen:  # a series must be unique; the first finding for a subject wins
+        if finding.status in PASSING or key in seen:  # a series must be unique; the first finding wins
             continue
         seen.add(key)
-        for value in STATUSES:
-            status.add_metric([finding.check, finding.subject, finding.severity.value, value],
-                              1 if finding.status.value == value else 0)
-        waived.add_metric([finding.check, finding.subject], 1 if finding.waiver else 0)
-    for value in [*STATUSES, "waived"]:
+        status.add_metric([finding.check, finding.subject, finding.severity.value, finding.action or "",
+                           finding.remediation or ""], STATUS_CODES[finding.status])
+        if finding.waiver:
+            waived.add_metric([finding.check, finding.subject], 1)
+    for (check, counted), count in sorted(checks_count.items()):
+        checks.add_metric([check, counted], count)
+    for (counted, severity), count in sorted(totals_count.items()):
+        if counted not in ALWAYS_COUNTED:
+            totals.add_metric([counted, severity], count)
+    for counted in ALWAYS_COUNTED:
         for severity in SEVERITIES:
-            totals.add_metric([value, severity], counts.get((value, severity), 0))
+            totals.add_metric([counted, severity], totals_count.get((counted, severity), 0))
     for name, src in sorted(report.sources.items()):
         if src.configured:
             source_up.add_metric([name], 1 if src.ok else 0)
@@ -71,7 +89,8 @@ def report_families(report: Report) -> list[Metric]:
     build.add_metric([__version__], 1)
     last.add_metric([], dt.datetime.fromisoformat(report.started_at).timestamp())
     duration.add_metric([], report.duration_s)
-    return [status, waived, totals, source_up, source_pending, source_duration, profile, build, last, duration]
+    return [status, waived, checks, totals, source_up, source_pending, source_duration, profile, build, last,
+            duration]
 
 
 class FixedCollector(Collector):

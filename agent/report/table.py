@@ -1,4 +1,9 @@
-"""Human table: grouped by area, fails first, one summary line at the end."""
+"""Human table: the node's verdict, then the findings by area, worst first, one summary line at the end.
+
+Columns: status, severity, check, subject, message. Identical results on several GPUs or ports are
+one row (`agent.report.collapse`); a subject is never cut (a long one puts its message on the next
+line), a message only without -v. Every string from outside goes through `agent.sanitise.clean`.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,14 @@ import shutil
 import click
 
 from agent.engine import Report
-from agent.model import Finding, Status
+from agent.model import Finding, Severity, Status
+from agent.report.collapse import Row, collapse, display_subjects, rank
+from agent.report.verdict import render_verdict
 from agent.sanitise import clean
 
-_ORDER = {Status.FAIL: 0, Status.UNKNOWN: 1, Status.WARN: 2, Status.FIXED: 3, Status.SKIP: 4, Status.PASS: 5}
 _COLORS = {Status.FAIL: "red", Status.UNKNOWN: "magenta", Status.WARN: "yellow", Status.FIXED: "cyan",
            Status.SKIP: "bright_black", Status.PASS: "green"}
+SUBJECT_MAX = 24  # wider subjects are printed whole, their message on the next line
 
 
 def _label(finding: Finding, color: bool) -> str:
@@ -23,37 +30,51 @@ def _label(finding: Finding, color: bool) -> str:
     return click.style(padded, fg="blue" if finding.waiver else _COLORS[finding.status], bold=True)
 
 
-def _rank(finding: Finding) -> tuple[int, int]:
-    return (_ORDER[finding.status] + (10 if finding.waiver else 0), 0)
+def _severity(finding: Finding, color: bool) -> str:
+    padded = f"{finding.severity.value:<8}"
+    return click.style(padded, bold=True) if color and finding.severity is Severity.CRITICAL else padded
 
 
-def render_table(report: Report, *, verbose: bool = False, color: bool = False) -> str:
-    width = shutil.get_terminal_size((120, 20)).columns
+def render_table(report: Report, *, verbose: bool = False, color: bool = False, width: int | None = None) -> str:
+    width = width or shutil.get_terminal_size((120, 20)).columns
     lines: list[str] = []
     node = report.node
     model = clean(str(node.get("model") or "unknown model"))
     lines.append(f"nodewarden audit of {clean(str(node.get('hostname') or '?'))} ({model}) "
-                 f"with profile {clean(report.profile)} [{node.get('mode')}]")
+                 f"with profile {clean(report.profile)} [{clean(str(node.get('mode')))}]")
+    subjects = display_subjects(report.findings)
+    lines.append("")
+    lines.extend(render_verdict(report.findings, subjects, width=width, verbose=verbose, color=color))
     shown = [f for f in report.findings if verbose or f.status is not Status.PASS or f.waiver]
-    areas: dict[str, list[Finding]] = {}
-    for finding in shown:
-        areas.setdefault(finding.check.split(".", 1)[0], []).append(finding)
-    # Areas with the worst finding first; inside an area, fails first.
-    for area in sorted(areas, key=lambda a: (min(_rank(f) for f in areas[a]), a)):
+    areas: dict[str, list[Row]] = {}
+    for row in collapse(shown, subjects):
+        areas.setdefault(row.first.check.split(".", 1)[0], []).append(row)
+    check_width = max((len(clean(r.first.check)) for rows in areas.values() for r in rows), default=0)
+    subject_width = min(SUBJECT_MAX, max((len(clean(r.subject)) for rows in areas.values() for r in rows),
+                                         default=0))
+    indent = " " * (2 + 8 + 9 + check_width + 1 + subject_width + 1)
+    # Areas with the worst finding first; inside an area, worst first (rows come sorted).
+    for area in sorted(areas, key=lambda a: (min(rank(r.first) for r in areas[a]), a)):
         lines.append("")
         title = clean(area.upper())
         lines.append(click.style(title, bold=True) if color else title)
-        for finding in sorted(areas[area], key=lambda f: (_rank(f), f.check, f.subject)):
-            head = f"  {_label(finding, color)} {clean(finding.check):<22} {clean(finding.subject):<16} "
-            message = clean(finding.message)
-            room = max(40, width - len(head) - 1)
+        for row in areas[area]:
+            finding = row.first
+            subject = clean(row.subject)
+            head = f"  {_label(finding, color)} {_severity(finding, color)} {clean(finding.check):<{check_width}} "
+            message = clean(row.message)
+            room = max(40, width - len(indent) - 1)
             if len(message) > room and not verbose:
                 message = message[: room - 3] + "..."
-            lines.append(head + message)
+            if len(subject) > subject_width:
+                lines.append(head + subject)
+                lines.append(indent + message)
+            else:
+                lines.append(head + f"{subject:<{subject_width}} " + message)
             if verbose and finding.reason and finding.status is not Status.PASS:
-                lines.append(f"  {'':<7} {'':<22} {'':<16} why: {clean(finding.reason)}")
+                lines.append(f"{indent}why: {clean(finding.reason)}")
             if finding.waiver:
-                lines.append(f"  {'':<7} {'':<22} {'':<16} waived until {clean(str(finding.waiver.expires))}: "
+                lines.append(f"{indent}waived until {clean(str(finding.waiver.expires))}: "
                              f"{clean(finding.waiver.reason)}")
     summary = report.summary()
     hidden = "" if verbose else f" ({summary['pass']} passes hidden; -v shows them)"

@@ -135,6 +135,41 @@ def _refusal(mode: int, shown: str, path: str) -> OSError:
     return RefusedEntry(errno.EINVAL, f"refused: {shown} is {_kind(mode)}, not a regular file (not opened)", path)
 
 
+def checked_write_path(base: str, shown_base: str, rel: str, name: str, path: str) -> str:
+    """`base/rel/name` for a writer, checked to stay inside `base` (a snapshot folder).
+
+    Every folder of `rel` that exists must be a real folder: a symlink is refused
+    (RefusedEntry naming it, `shown_base/...`), as is an existing `name` that is
+    neither a regular file nor a folder. Missing folders are the writer's to create.
+    """
+    parts = rel.split("/") if rel else []
+    shown = [shown_base] if shown_base else []
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        for i, part in enumerate(parts):
+            try:
+                new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                break  # the writer creates the rest: new folders, holding no links
+            except OSError as exc:
+                mode = _lstat_at(fd, part, path)
+                if stat.S_ISLNK(mode):
+                    raise _refusal(mode, "/".join([*shown, *parts[:i + 1]]), path) from None
+                raise OSError(exc.errno, exc.strerror, path) from None
+            os.close(fd)
+            fd = new
+        else:
+            try:
+                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                mode = stat.S_IFREG
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise _refusal(mode, "/".join([*shown, *parts, name]), path)
+    finally:
+        os.close(fd)
+    return os.path.join(base, rel, name)
+
+
 def _lstat_at(dir_fd: int, name: str, path: str) -> int:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
@@ -225,31 +260,7 @@ class SnapshotFs:
         if name in ("", ".", ".."):
             raise ValueError(f"refusing path {path!r}")
         rel = self._resolve(parent) if parent else ""
-        parts = rel.split("/") if rel else []
-        fd = os.open(self._base, _DIR_FLAGS)
-        try:
-            for i, part in enumerate(parts):
-                try:
-                    new = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    break  # the writer creates the rest: new folders, holding no links
-                except OSError as exc:
-                    mode = _lstat_at(fd, part, path)
-                    if stat.S_ISLNK(mode):
-                        raise _refusal(mode, "fs/" + "/".join(parts[:i + 1]), path) from None
-                    raise OSError(exc.errno, exc.strerror, path) from None
-                os.close(fd)
-                fd = new
-            else:
-                try:
-                    mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
-                except FileNotFoundError:
-                    mode = stat.S_IFREG
-                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                    raise _refusal(mode, "fs/" + "/".join([*parts, name]), path)
-        finally:
-            os.close(fd)
-        return os.path.join(self._base, rel, name)
+        return checked_write_path(self._base, "fs", rel, name, path)
 
     def open_file(self, path: str) -> int:
         """A descriptor of the regular file at `path` (recorded links resolved, errors replayed).

@@ -31,7 +31,10 @@ T = TypeVar("T")
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 DMI_DIR = "/sys/class/dmi/id"
 DMI_FIELDS = ("sys_vendor", "product_name", "product_family", "bios_vendor", "bios_version",
-              "bios_date", "board_vendor", "board_name")
+              "bios_date", "board_vendor", "board_name", "product_sku")
+# The node's identity, bound to the BMC's ComputerSystem UUID/SerialNumber (agent.matching.bind_bmc).
+# Root-only on live systems (0400): unreadable is Unknown, and the BMC is then not taken as this host's.
+DMI_IDENTITY_FIELDS = ("product_uuid", "product_serial")
 EFI_DIR = "/sys/firmware/efi"
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e98c0344c8c3"
 NVIDIA_VERSION_FILE = "/proc/driver/nvidia/version"
@@ -441,7 +444,7 @@ def read_numa_nodes(fs: FsRoot) -> tuple[int, ...] | Unknown:
 
 def read_dmi(fs: FsRoot) -> dict[str, str | Unknown]:
     dmi: dict[str, str | Unknown] = {}
-    for name in DMI_FIELDS:
+    for name in (*DMI_FIELDS, *DMI_IDENTITY_FIELDS):
         path = f"{DMI_DIR}/{name}"
         try:
             # Firmware strings are free text: keep odd bytes visible, never fail.

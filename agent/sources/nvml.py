@@ -31,7 +31,7 @@ from typing import Any, TypeGuard
 
 from agent.errors import SnapshotError
 from agent.facts import GpuFacts, NvmlFacts
-from agent.jsonfile import load_json_file
+from agent.jsonfile import JsonInputError, load_json_file
 from agent.model import SourceStatus, Unknown, Unsupported
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -60,6 +60,8 @@ FIELDS = (
     "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
 )
 NVLINK_STATE_FIELD = "NVML_FI_DEV_NVLINK_GET_STATE"
+# Grace Hopper/Blackwell module (CPU + GPU + memory) power limits, in mW, asked at NVML_POWER_SCOPE_MODULE.
+MODULE_POWER_FIELDS = ("NVML_FI_DEV_POWER_CURRENT_LIMIT", "NVML_FI_DEV_POWER_REQUESTED_LIMIT")
 COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
@@ -275,6 +277,8 @@ class NvmlReader:
             min_limit_w=_map(limits, lambda lim: _watts(lim[0])),
             max_limit_w=_map(limits, lambda lim: _watts(lim[1])),
             enforced_limit_w=_map(self.call("nvmlDeviceGetEnforcedPowerLimit", handle), _watts),
+            module_limit_w=_map(fields["NVML_FI_DEV_POWER_CURRENT_LIMIT"], _watts),
+            module_requested_limit_w=_map(fields["NVML_FI_DEV_POWER_REQUESTED_LIMIT"], _watts),
             clock_events=_map(clock_events, int),
             app_clocks_mhz=app_clocks,
             default_app_clocks_mhz=default_app_clocks,
@@ -304,19 +308,21 @@ class NvmlReader:
         """All counters in one nvmlDeviceGetFieldValues call."""
         nvml = self.nvml
         request: list[Any] = [getattr(nvml, name) for name in FIELDS]
+        request += [(getattr(nvml, name), nvml.NVML_POWER_SCOPE_MODULE) for name in MODULE_POWER_FIELDS]
         state_id = getattr(nvml, NVLINK_STATE_FIELD)
         request += [(state_id, link) for link in range(NVLINK_SCOPES)]
         values = self.call("nvmlDeviceGetFieldValues", handle, request)
         out: dict[str, Any] = {}
+        named = (*FIELDS, *MODULE_POWER_FIELDS)
         if isinstance(values, Unknown):
-            out = {name: values for name in FIELDS}
+            out = {name: values for name in named}
             out["nvlink_states"] = values
             return out
         states: list[int] = []
         missing: list[Unknown] = []
-        for name, value in zip(FIELDS, values[: len(FIELDS)], strict=True):
+        for name, value in zip(named, values[: len(named)], strict=True):
             out[name] = _field_value(nvml, value, name)
-        for value in values[len(FIELDS):]:
+        for value in values[len(named):]:
             state = _field_value(nvml, value, NVLINK_STATE_FIELD)
             if isinstance(state, int):
                 states.append(state)
@@ -548,7 +554,7 @@ _FIELD_NAME_CACHE: dict[int, dict[int, str]] = {}
 def _field_names(nvml: Any) -> dict[int, str]:
     key = id(nvml)
     if key not in _FIELD_NAME_CACHE:
-        wanted = {*FIELDS, NVLINK_STATE_FIELD}
+        wanted = {*FIELDS, *MODULE_POWER_FIELDS, NVLINK_STATE_FIELD}
         _FIELD_NAME_CACHE[key] = {int(getattr(nvml, n)): n for n in wanted if hasattr(nvml, n)}
     return _FIELD_NAME_CACHE[key]
 
@@ -589,6 +595,8 @@ class RecordedNvml:
     def from_file(cls, path: Path) -> RecordedNvml:
         try:  # 8 GPUs record ~40 KB, 5 levels deep
             data = load_json_file(path, max_bytes=32 << 20, max_depth=32)
+        except JsonInputError as exc:  # names the line; says which bound or syntax error
+            raise SnapshotError(f"unreadable NVML recording: {exc.message}", path=str(path), line=exc.line) from None
         except OSError as exc:
             raise SnapshotError(f"unreadable NVML recording: {exc}", path=str(path)) from None
         if not isinstance(data, dict):
@@ -808,8 +816,11 @@ class RecordingNvml:
     def _record_fields(self, values: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
         real = self._real
+        scoped = {int(getattr(real, name)) for name in (NVLINK_STATE_FIELD, *MODULE_POWER_FIELDS)}
         for value in values:
-            scope = int(value.scopeId) if int(value.fieldId) == int(getattr(real, NVLINK_STATE_FIELD)) else None
+            if getattr(value, "not_recorded", False):
+                continue  # recording a recording: absent stays absent, not "not supported"
+            scope = int(value.scopeId) if int(value.fieldId) in scoped else None
             key = field_key(real, int(value.fieldId) if scope is None else (int(value.fieldId), scope))
             if int(value.nvmlReturn) != real.NVML_SUCCESS:
                 out[key] = {"error": _error_name(real, int(value.nvmlReturn))}

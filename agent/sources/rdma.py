@@ -112,6 +112,7 @@ def read_rdma_device(fs: FsRoot, name: str, counters: bool = True) -> RdmaDevice
 
     base = f"{IB_DIR}/{name}"
     pci = _link_name(fs, f"{base}/device")
+    physfn = _link_name(fs, f"{base}/device/physfn")  # present on an SR-IOV VF whose PF is on this host
     netdevs = _listdir(fs, f"{base}/device/net")
     device_netdevs = [] if isinstance(netdevs, Unknown) else [n for n in netdevs if IBDEV_RE.match(n)]
     port_names = _listdir(fs, f"{base}/ports")
@@ -124,7 +125,7 @@ def read_rdma_device(fs: FsRoot, name: str, counters: bool = True) -> RdmaDevice
     return RdmaDevice(
         name=name, hca_type=_read(fs, f"{base}/hca_type"), board_id=_read(fs, f"{base}/board_id"),
         fw_ver=_read(fs, f"{base}/fw_ver"), pci_address=pci if pci and PCI_ADDRESS_RE.match(pci) else None,
-        ports=ports,
+        ports=ports, physfn=physfn if physfn and PCI_ADDRESS_RE.match(physfn) else None,
     )
 
 

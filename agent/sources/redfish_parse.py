@@ -270,11 +270,30 @@ def _bios(res: Mapping[str, dict[str, Any]], host: Res | None, problems: Problem
     return attributes, BiosSettings(bios.path, target[0] if target else settings_path, apply_times, pending, etag)
 
 
+_SYSTEM_ID = re.compile(r"^/redfish/v1/Systems/([^/]+)(?:/|$)", re.IGNORECASE)
+_BASEBOARD = re.compile(r"^HGX_Baseboard(?:_\d+)?$", re.IGNORECASE)  # NVIDIA's HGX/GB200 BMC names it so
+
+
+def system_of(path: str) -> str:
+    """The id of the ComputerSystem a resource is listed under ("" outside /Systems)."""
+    match = _SYSTEM_ID.match(path)
+    return match.group(1) if match else ""
+
+
+def is_baseboard(system_id: str) -> bool:
+    """An NVIDIA HGX baseboard exposed as its own ComputerSystem, not the host."""
+    return bool(_BASEBOARD.match(system_id))
+
+
 def _pick_host_system(systems: list[Res]) -> Res | None:
-    """The host computer system; HGX baseboards expose GPU trays as extra systems."""
-    physical = [s for s in systems if (s.text("SystemType") or "Physical") == "Physical"
-                and "HGX" not in s.path and s.text("BiosVersion")]
-    chosen = physical or systems
+    """The host computer system; HGX baseboards expose GPU trays as extra systems.
+
+    A host that leaves BiosVersion empty is still the host: a baseboard is never picked
+    while another system is listed.
+    """
+    hosts = [s for s in systems if not is_baseboard(system_of(s.path)) and "HGX" not in s.path]
+    physical = [s for s in hosts if (s.text("SystemType") or "Physical") == "Physical" and s.text("BiosVersion")]
+    chosen = physical or hosts or systems
     return chosen[0] if chosen else None
 
 
@@ -385,6 +404,10 @@ def parse_bmc(walk: WalkResult, insecure: bool = False) -> BmcFacts:
             health_rollup=rollup or health or Unknown("no Status.HealthRollup"),
             health_causes=health_causes(host, res, problems),
             power_state=host.text("PowerState") or Unknown("no PowerState"),
+            # Identity (issue 13 rule 2): bound to the host's DMI product_uuid / product_serial.
+            system_uuid=host.text("UUID") or Unsupported("the ComputerSystem reports no UUID"),
+            system_serial=host.text("SerialNumber") or Unsupported("the ComputerSystem reports no SerialNumber"),
+            system_sku=host.text("SKU") or Unsupported("the ComputerSystem reports no SKU"),
         )
     else:
         gone = missing("a ComputerSystem", "/Systems")
@@ -424,11 +447,18 @@ def parse_bmc(walk: WalkResult, insecure: bool = False) -> BmcFacts:
     for processor in _of_type(res, "Processor.", problems):
         if (processor.text("ProcessorType") or "").upper() == "GPU":
             state, health, _ = processor.status()
+            system = system_of(processor.path)
             gpus.append(BmcGpu(name=processor.name("Name", "Id"), model=processor.text("Model"),
                                firmware=processor.text("FirmwareVersion"), serial=processor.text("SerialNumber"),
-                               state=state, health=health, where=processor.path))
+                               state=state, health=health, where=processor.path, system=system,
+                               baseboard=is_baseboard(system), uuid=processor.text("UUID"),
+                               slot=processor.obj("Location").obj("PartLocation").text("ServiceLabel")))
     have_processors = bool(_of_type(res, "Processor", problems, collections=True))
-    facts["gpus"] = tuple(gpus) if have_processors else missing("processors", "Processors")
+    # Rule 9: a GPU may be listed by the host system and by the HGX baseboard; `gpus` holds it once
+    # (the baseboard's view, nearest the GPU), `gpu_views` both, for crosscheck.hgx_gpu_health.
+    on_baseboard = [g for g in gpus if g.baseboard]
+    facts["gpus"] = tuple(on_baseboard or gpus) if have_processors else missing("processors", "Processors")
+    facts["gpu_views"] = tuple(gpus) if have_processors else facts["gpus"]
     switches = []
     for switch in _of_type(res, "Switch.", problems):
         state, health, _ = switch.status()

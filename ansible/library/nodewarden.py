@@ -1,19 +1,25 @@
 #!/usr/bin/python
-# nodewarden Ansible module: audit a GPU node, or remediate its drift, through the nodewarden CLI.
+# nodewarden Ansible module (deprecated): audit a GPU node, or remediate its drift, through the nodewarden CLI.
 # Copyright: the nodewarden authors. License: same as nodewarden.
+# A thin wrapper over the nodewarden.gpu collection (ansible/collections/ansible_collections/nodewarden/gpu),
+# which must be on the controller's collections path: use nodewarden.gpu.audit_info and nodewarden.gpu.remediate.
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
 
 DOCUMENTATION = r"""
 ---
 module: nodewarden
-short_description: Audit a GPU server against its tuning profile, or remediate drift
+short_description: Audit a GPU server against its tuning profile, or remediate drift (deprecated)
+deprecated:
+  removed_at_date: "2027-12-01"
+  why: The nodewarden.gpu collection replaces it, with BMC options, a read-only info module and FQCNs.
+  alternative: Use M(nodewarden.gpu.audit_info) for I(state=audited) and M(nodewarden.gpu.remediate) for
+    I(state=remediated).
 description:
+  - Deprecated thin wrapper over the nodewarden.gpu collection, which must be on the controller's
+    collections path (the playbooks in C(ansible/) find it next to them).
   - Runs C(nodewarden audit) or C(nodewarden remediate) on the target host and returns the JSON result.
   - With I(state=remediated), check mode runs the plan only and predicts C(changed) without acting;
     C(--diff) shows each action's before and after. A second run changes nothing.
@@ -53,7 +59,7 @@ options:
     type: path
     default: /var/lib/nodewarden
   executable:
-    description: Path of the nodewarden command; default is looked up in PATH.
+    description: Path of the nodewarden command; default is /opt/nodewarden/bin/nodewarden, else looked up in PATH.
     type: path
 author:
   - nodewarden authors
@@ -111,31 +117,8 @@ summary:
 """
 
 
-def _source_args(params: dict[str, Any]) -> list[str]:
-    args: list[str] = []
-    if params["snapshot"]:
-        args += ["--snapshot", params["snapshot"]]
-    if params["config"]:
-        args += ["--config", params["config"]]
-    return args
-
-
-def _run_json(module: AnsibleModule, argv: list[str], ok_codes: tuple[int, ...]) -> tuple[int, dict[str, Any]]:
-    rc, out, err = module.run_command(argv)  # a list: no shell
-    if rc not in ok_codes:
-        module.fail_json(msg=f"{' '.join(argv[1:3])} failed (exit {rc}): {err.strip() or out.strip()}", rc=rc)
-    try:
-        return rc, json.loads(out)
-    except ValueError:
-        module.fail_json(msg=f"nodewarden printed no JSON (exit {rc}): {err.strip()[-500:]}", rc=rc)
-    raise AssertionError("unreachable")
-
-
-def _diff(actions: list[dict[str, Any]]) -> dict[str, str]:
-    def lines(key: str) -> str:
-        return "".join(f"{a['id']} = {json.dumps(a[key])}\n" for a in actions)
-    return {"before_header": "nodewarden: before", "after_header": "nodewarden: after",
-            "before": lines("before"), "after": lines("after")}
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodewarden.gpu.plugins.module_utils.nodewarden import audit, executable, remediate
 
 
 def main() -> None:
@@ -153,38 +136,15 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
+    module.deprecate("the nodewarden module is replaced by nodewarden.gpu.audit_info (state=audited) and "
+                     "nodewarden.gpu.remediate (state=remediated)", date="2027-12-01", collection_name="nodewarden.gpu")
     params = module.params
-    exe = params["executable"] or module.get_bin_path("nodewarden", required=True)
-    source = _source_args(params)
-    profile = ["--profile", params["profile"]] if params["profile"] else []
+    exe = executable(module)
     result: dict[str, Any] = {"changed": False, "reboot_required": False}
-
     if params["state"] == "remediated":
-        allow = [c for c in params["allow"] if c != "reboot" or params["reboot_ok"]]
-        if "reboot" in params["allow"] and not params["reboot_ok"]:
-            module.warn("reboot-class actions were not allowed: set reboot_ok: true to stage them")
-        argv = [exe, "remediate", *source, *profile, "--format", "json", "--state-dir", params["state_dir"]]
-        argv += [x for c in allow for x in ("--allow", c)] + [x for g in params["only"] for x in ("--only", g)]
-        if not module.check_mode:
-            argv.append("--apply")
-        _, plan = _run_json(module, argv, (0, 1))
-        actions = plan.get("actions", [])
-        refused = [{"id": a["id"], "reason": a["reason"]} for a in actions if a["status"] == "refused"]
-        failed = [{"id": a["id"], "reason": a["reason"]} for a in actions if a["status"] == "failed"]
-        changing = [a for a in actions if a["status"] in ("planned", "applied", "failed") and (
-            module.check_mode or a["applied"])]
-        result.update(changed=bool(plan.get("changed")), reboot_required=bool(plan.get("reboot_required")),
-                      run_id=plan.get("run_id"), actions=actions, refused=refused)
-        if module._diff and changing:
-            result["diff"] = _diff(changing)
-        for item in refused:
-            module.warn(f"refused {item['id']}: {item['reason']}")
-        if failed:
-            module.fail_json(msg="; ".join(f"{f['id']}: {f['reason']}" for f in failed) +
-                             f" (roll back with: nodewarden rollback {plan.get('run_id')})", **result)
-
+        result.update(remediate(module, exe, params["allow"], params["reboot_ok"], params["only"], params["state_dir"]))
     # The report after any change: what the operator and the fleet report see.
-    _, report = _run_json(module, [exe, "audit", *source, *profile, "--format", "json"], (0, 1))
+    report = audit(module, exe)
     result.update(report=report, summary=report.get("summary", {}))
     module.exit_json(**result)
 

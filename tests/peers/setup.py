@@ -46,6 +46,8 @@ SYSTEM_TOOLS = (
     SystemTool("ipmitool", "ipmitool", "poking the simulator by hand"),
     SystemTool("promtool", "prometheus", "tests/test_monitoring.py (alert rule tests)"),
     SystemTool("prometheus", "prometheus", "tests/test_monitoring.py, tests/test_daemon.py (real scrapes)"),
+    SystemTool("prometheus-alertmanager", "prometheus-alertmanager", "tests/test_alerting.py (inhibition, grouping)"),
+    SystemTool("amtool", "prometheus-alertmanager", "tests/test_alerting.py (alertmanager.yml check)"),
     SystemTool("chromium", "chromium", "tests/test_fleet.py (opens the HTML report headless)"),
     SystemTool("systemd-analyze", "systemd", "tests/test_systemd_units.py (verify, security)"),
     SystemTool("ip", "iproute2", "tests/test_remediate_netns.py (network namespaces)"),
@@ -96,7 +98,7 @@ def ensure_system_packages() -> list[str]:
     """Install missing Debian packages when root; return the problems left (empty when all is there)."""
     missing = missing_packages()
     if not missing:
-        log("system peers present (ipmi_sim, promtool, prometheus, chromium, systemd-analyze, ip, libvirt)")
+        log("system peers present (" + ", ".join(t.command for t in SYSTEM_TOOLS) + ", libvirt)")
         return []
     for package, needs in sorted(missing.items()):
         log(f"missing Debian package {package}: " + "; ".join(needs))

@@ -1,0 +1,186 @@
+"""The importer interface and the snapshot being assembled (`snapshot import`).
+
+One importer per kind of capture, one module per importer. An importer is an
+object with
+
+* `kind`: its name (`nvidia-smi`, `kernel-log`, `lspci`, ...), what `--as KIND=FILE` names;
+* `detect(head, name) -> bool`: is this content (its first `HEAD_BYTES`, and the
+  file's name for a hint only) of my kind? Detection is by content: a name alone
+  never decides;
+* `contribute(data, builder) -> Contribution`: parse the whole input and add what
+  it holds to the `Builder`; raise `InputError` (one line naming what is wrong)
+  when it is not usable. Nothing else may escape: the runner turns any other
+  exception into an error for this input, never a traceback, and goes on.
+
+The `Builder` holds the snapshot in memory (files under fs/, recorded links,
+kernel log lines, nvml.json, ipmi.json parts, Redfish resources); `bundle`
+writes it through `agent.fsutil` once every input is read. Every input is
+untrusted: importers bound what they keep, and the first input to provide a
+file wins (a later one is told it was skipped, and why).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agent.errors import SnapshotError
+
+HEAD_BYTES = 64 * 1024  # what `detect` sees
+MAX_FS_FILE = 1 << 20  # what SnapshotFs will read of one sysfs/procfs value
+MAX_KMSG_LINES = 200_000  # agent.sources.kmsg.MAX_RECORDS: the reader keeps no more
+_FS_PATH_RE = re.compile(r"^(?:proc|sys|etc|run|var)/[A-Za-z0-9_.:@+,=-]+(?:/[A-Za-z0-9_.:@+,=-]+)*$")
+
+
+class InputError(SnapshotError):
+    """One input (file or archive member) that cannot be used; the rest still imports."""
+
+
+@dataclass
+class Contribution:
+    """What one input gave the snapshot, and what it held that was not used (with why)."""
+
+    contributed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+class Importer(Protocol):
+    kind: str
+
+    def detect(self, head: bytes, name: str) -> bool: ...
+
+    def contribute(self, data: bytes, builder: Builder) -> Contribution: ...
+
+
+def decode_text(data: bytes) -> str:
+    """Text as the tools print it: UTF-8 (UTF-16 with a BOM, as PowerShell redirects), bad bytes replaced."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+
+
+def looks_binary(head: bytes) -> bool:
+    return b"\x00" in head[:4096] and not head.startswith((b"\xff\xfe", b"\xfe\xff"))
+
+
+@dataclass
+class Builder:
+    """The snapshot being assembled from every input, in memory."""
+
+    fs: dict[str, bytes] = field(default_factory=dict)  # "sys/class/dmi/id/product_name" -> bytes
+    fs_owner: dict[str, str] = field(default_factory=dict)  # fs path -> the input that gave it
+    fs_dirs: set[str] = field(default_factory=set)
+    links: dict[str, str] = field(default_factory=dict)  # fs_links.json: path -> target
+    kmsg: list[str] = field(default_factory=list)
+    kmsg_from: list[str] = field(default_factory=list)
+    nvml: dict[str, Any] | None = None
+    nvml_from: str | None = None
+    ipmi: dict[str, Any] = field(default_factory=dict)  # ipmi.json parts: sensors, sel, power, ...
+    ipmi_from: dict[str, str] = field(default_factory=dict)
+    redfish: dict[str, bytes] = field(default_factory=dict)  # "redfish/v1/Systems/1/index.json" -> body
+    hostname: str | None = None
+    captured_at: str | None = None
+    current: str = ""  # the input being read, for ownership and messages
+    _seen_kmsg: set[str] = field(default_factory=set)
+
+    # --- fs/ ------------------------------------------------------------------------------------
+
+    def put_fs(self, path: str, data: bytes | str, result: Contribution, *, newline: bool = False) -> bool:
+        """Record fs/`path` (a sysfs/procfs path without the leading "/"); False when an earlier input has it."""
+        path = path.strip("/")
+        if not _FS_PATH_RE.match(path) or any(p in (".", "..") for p in path.split("/")):
+            result.skipped.append(f"{path[:120]!r}: not a path a snapshot may hold")
+            return False
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        if newline:
+            raw += b"\n"
+        if len(raw) > MAX_FS_FILE:
+            result.skipped.append(f"/{path}: larger than {MAX_FS_FILE} bytes")
+            return False
+        if path in self.fs:
+            if self.fs[path] != raw:
+                result.skipped.append(f"/{path}: already given by {self.fs_owner[path]}")
+            return False
+        parts = path.split("/")
+        if any("/".join(parts[:i]) in self.links for i in range(1, len(parts) + 1)):
+            result.skipped.append(f"/{path}: a recorded link is in the way")
+            return False
+        self.fs[path] = raw
+        self.fs_owner[path] = self.current
+        return True
+
+    def put_link(self, path: str, target: str) -> None:
+        if path not in self.links and path not in self.fs:
+            self.links[path] = target
+
+    def add_dir(self, path: str) -> None:
+        self.fs_dirs.add(path.strip("/"))
+
+    # --- kernel log, NVML, IPMI -----------------------------------------------------------------
+
+    def add_kmsg(self, lines: list[str], result: Contribution) -> int:
+        """Append kernel log lines (any format agent.sources.kmsg reads); exact repeats of a line are dropped."""
+        added = 0
+        for line in lines:
+            if line in self._seen_kmsg:
+                continue
+            if len(self.kmsg) >= MAX_KMSG_LINES:
+                result.skipped.append(f"kernel log lines past {MAX_KMSG_LINES} (the reader keeps no more)")
+                break
+            self._seen_kmsg.add(line)
+            self.kmsg.append(line)
+            added += 1
+        if added and self.current not in self.kmsg_from:
+            self.kmsg_from.append(self.current)
+        return added
+
+    def set_nvml(self, document: dict[str, Any], result: Contribution) -> bool:
+        if self.nvml is not None:
+            result.skipped.append(f"the NVML recording: already taken from {self.nvml_from}")
+            return False
+        self.nvml, self.nvml_from = document, self.current
+        return True
+
+    def set_ipmi(self, part: str, value: Any, result: Contribution) -> bool:
+        if part in self.ipmi:
+            result.skipped.append(f"IPMI {part}: already taken from {self.ipmi_from[part]}")
+            return False
+        self.ipmi[part], self.ipmi_from[part] = value, self.current
+        return True
+
+    def put_redfish(self, odata_path: str, body: bytes, result: Contribution) -> bool:
+        """A Redfish resource at its URI ("/redfish/v1/Systems/1") as the mockup layout stores it."""
+        clean = posixpath.normpath("/" + odata_path.strip("/"))
+        parts = clean.strip("/").split("/")
+        if parts[:2] != ["redfish", "v1"] or any(not re.fullmatch(r"[A-Za-z0-9_.:@+,=#$-]{1,128}", p) for p in parts):
+            result.skipped.append(f"{odata_path[:120]!r}: not a Redfish resource path")
+            return False
+        key = "/".join([*parts, "index.json"])
+        if key in self.redfish:
+            result.skipped.append(f"{clean}: already given by an earlier input")
+            return False
+        self.redfish[key] = body
+        return True
+
+    def note_host(self, hostname: str | None = None, captured_at: str | None = None) -> None:
+        if hostname and not self.hostname:
+            self.hostname = hostname
+        if captured_at and not self.captured_at:
+            self.captured_at = captured_at
+
+    @property
+    def captured(self) -> list[str]:
+        sources = []
+        if self.fs:
+            sources.append("host")
+        if self.kmsg:
+            sources.append("kmsg")
+        if self.nvml is not None:
+            sources.append("nvml")
+        if self.ipmi:
+            sources.append("ipmi")
+        if self.redfish:
+            sources.append("redfish")
+        return sources

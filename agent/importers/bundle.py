@@ -1,0 +1,194 @@
+"""`nodewarden snapshot import INPUT... --out DIR`: many captures, one snapshot.
+
+Inputs (files, folders, archives) are expanded by `inputs.Reader` (bounded,
+nothing extracted to disk), each file's kind is found by content (`KINDS`, in
+order: the first importer whose `detect` says yes), or forced with
+`--as KIND=FILE`, and its importer adds what it holds to one `Builder`. A file
+no importer recognises, or one that fails, is recorded with why, and the rest
+still imports. meta.yaml lists every input (name, size, sha256, kind, what it
+contributed, what was skipped and why); `audit --snapshot` shows that list in
+the report (node.snapshot.inputs). What no input provided is simply not in the
+snapshot: the audit says "not in this snapshot", never fails on it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent import __version__
+from agent.errors import SnapshotError
+from agent.importers.base import HEAD_BYTES, Builder, Contribution, Importer, InputError, looks_binary
+from agent.importers.inputs import Budget, Entry, Reader
+
+
+def importers() -> list[Importer]:
+    """Every kind, most specific first (a bug report holds nvidia-smi, lspci and dmesg sections)."""
+    from agent.importers.dmidecode import DmidecodeImporter
+    from agent.importers.kernel_log import KernelLogImporter
+    from agent.importers.lspci import LspciImporter
+    from agent.importers.nvidia_smi_kind import NvidiaSmiImporter
+
+    kinds: list[Importer] = [NvidiaSmiImporter(), DmidecodeImporter(), LspciImporter()]
+    kinds.append(KernelLogImporter())
+    return kinds
+
+
+def kind_names() -> list[str]:
+    return [k.kind for k in importers()]
+
+
+def detect_kind(head: bytes, name: str, kinds: list[Importer] | None = None) -> Importer | None:
+    if looks_binary(head):
+        return None
+    for importer in kinds or importers():
+        if importer.detect(head, name):
+            return importer
+    return None
+
+
+def run_importer(importer: Importer, data: bytes, builder: Builder, name: str) -> Contribution:
+    """`importer.contribute`, with any failure turned into an InputError naming `name` (never a traceback)."""
+    previous = builder.current
+    builder.current = name
+    try:
+        return importer.contribute(data, builder)
+    except InputError:
+        raise
+    except SnapshotError as exc:
+        raise InputError(exc.message, path=exc.path or name, line=exc.line) from None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError, UnicodeError) as exc:
+        raise InputError(f"could not import it (importer bug, please report): {type(exc).__name__}: {exc}"[:300],
+                         path=name) from exc
+    finally:
+        builder.current = previous
+
+
+@dataclass
+class ImportSummary:
+    captured: list[str]
+    entries: list[Entry]
+
+    @property
+    def errors(self) -> list[Entry]:
+        return [e for e in self.entries if e.error]
+
+
+def _forced_kind(entry: Entry, forced: dict[str, str]) -> str | None:
+    for target, kind in forced.items():
+        clean = target.rstrip("/")
+        if entry.name == clean or entry.name.startswith(clean + ":") or entry.name.endswith(("/" + clean, ":" + clean)):
+            return kind
+    return None
+
+
+def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = None,
+                  budget: Budget | None = None) -> ImportSummary:
+    """Import every input into one new snapshot at `out` (missing or an empty folder; exit 2 otherwise)."""
+    from agent.fsutil import new_output_dir
+
+    forced = forced or {}
+    kinds = importers()
+    by_name = {k.kind: k for k in kinds}
+    unknown = sorted(set(forced.values()) - set(by_name))
+    if unknown:
+        raise SnapshotError(f"unknown kind {unknown[0]!r} in --as (kinds: {', '.join(by_name)})")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SnapshotError("output exists and is not an empty directory; refusing to overwrite", path=str(out))
+    builder = Builder()
+    entries: list[Entry] = []
+    for entry in Reader(budget).read_paths(paths):
+        entries.append(entry)
+        if entry.data is None:
+            continue
+        data, entry.data = entry.data, None
+        want = _forced_kind(entry, forced)
+        importer = by_name[want] if want else detect_kind(data[:HEAD_BYTES], entry.name, kinds)
+        if importer is None:
+            entry.kind = "unknown"
+            entry.skipped.append("not a kind nodewarden imports (binary)" if looks_binary(data[:4096]) else
+                                 f"not a kind nodewarden imports ({', '.join(by_name)}); "
+                                 "name one with --as KIND=FILE")
+            continue
+        entry.kind = importer.kind
+        try:
+            result = run_importer(importer, data, builder, entry.name)
+        except InputError as exc:
+            entry.error = str(exc) if exc.path not in (None, entry.name) else exc.message if exc.line is None else (
+                f"line {exc.line}: {exc.message}")
+            continue
+        entry.contributed, entry.skipped = result.contributed, entry.skipped + result.skipped
+    if not builder.captured:
+        problems = [f"{e.name}: {e.error}" for e in entries if e.error][:3]
+        raise SnapshotError("nothing to import: no input holds a kind nodewarden reads"
+                            + (f" ({'; '.join(problems)})" if problems else ""))
+    tmp = new_output_dir(out)
+    try:
+        _write(tmp, builder, entries)
+        from agent.fsutil import publish_dir
+        publish_dir(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SnapshotError(f"cannot write the snapshot: {exc.strerror or exc}", path=str(out)) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ImportSummary(builder.captured, entries)
+
+
+def _put(root: Path, rel: str, data: bytes) -> None:
+    """A new file inside our private 0700 folder (never through a link: O_EXCL | O_NOFOLLOW)."""
+    target = root / rel
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        from agent.fsutil import write_all
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
+    import yaml
+
+    if builder.fs or builder.fs_dirs:
+        (tmp / "fs").mkdir(mode=0o755)
+        for rel, data in sorted(builder.fs.items()):
+            _put(tmp / "fs", rel, data)
+        for rel in sorted(builder.fs_dirs):
+            (tmp / "fs" / rel).mkdir(parents=True, exist_ok=True, mode=0o755)
+        for link in builder.links:  # a recorded link's folder must exist for listings
+            (tmp / "fs" / os.path.dirname(link)).mkdir(parents=True, exist_ok=True, mode=0o755)
+        _put(tmp, "fs_links.json", (json.dumps(builder.links, indent=1, sort_keys=True) + "\n").encode())
+    if builder.kmsg:
+        _put(tmp, "kmsg.txt", ("\n".join(builder.kmsg) + "\n").encode("utf-8", "surrogateescape"))
+    if builder.nvml is not None:
+        _put(tmp, "nvml.json", (json.dumps(builder.nvml, indent=1, sort_keys=True) + "\n").encode())
+    if builder.ipmi:
+        _put(tmp, "ipmi.json", (json.dumps(_ipmi_document(builder.ipmi), indent=1, sort_keys=True) + "\n").encode())
+    for rel, body in sorted(builder.redfish.items()):
+        _put(tmp, rel, body)
+    meta: dict[str, Any] = {
+        "hostname": builder.hostname or "imported",
+        "captured_at": builder.captured_at or dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "nodewarden_version": __version__,
+        "captured": builder.captured,
+        "source": f"snapshot import of {len([e for e in entries if ':' not in e.name])} input(s)",
+        "inputs": [e.to_json() for e in entries],
+    }
+    _put(tmp, "meta.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=False, width=200).encode())
+
+
+def _ipmi_document(parts: dict[str, Any]) -> dict[str, Any]:
+    """ipmi.json as agent.sources.ipmi's recorded reader reads it: a part no input gave says so."""
+    from agent.sources.ipmi import PARTS, RECORD_FORMAT
+
+    document: dict[str, Any] = {"format": RECORD_FORMAT, "requests": 0}
+    for part in PARTS:
+        document[part] = parts.get(part, {"error": "not in this snapshot"})
+    return document

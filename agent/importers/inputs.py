@@ -1,0 +1,419 @@
+"""Read `snapshot import` inputs (files, folders, archives) safely into memory, one entry at a time.
+
+Every input is untrusted (a customer's support bundle). Nothing here writes to
+disk: an archive member is read into memory by streaming and handed on under
+its name, which is only ever a label, so no member can be placed anywhere,
+inside `--out` or out of it. Refused by name, never followed or opened: members
+with an absolute name or `..` in it, symlinks and hard links, devices, FIFOs,
+sockets; in folders, anything that is not a regular file or folder.
+
+Caps (a decompression bomb stops at the cap while streaming, its size never
+trusted): `MAX_TOTAL` uncompressed bytes over all inputs, `MAX_MEMBERS` entries,
+`MAX_MEMBER` bytes for one entry. A member whose header declares more is refused
+before a byte of it is read. Archive kinds are found by content (gzip, xz,
+bzip2, zip, tar magic), whatever the file is called; an archive inside an
+archive is opened too, `MAX_NESTING` deep. A corrupt or truncated input is one
+error naming it; what came before it in the same archive, and every other
+input, still imports.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import lzma
+import os
+import stat
+import tarfile
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, cast
+
+MAX_TOTAL = 2 << 30  # uncompressed bytes over all inputs
+MAX_MEMBERS = 100_000
+MAX_MEMBER = 512 << 20
+MAX_NESTING = 3  # tar.gz inside a zip inside a folder: enough for any support bundle
+MAX_FOLDER_DEPTH = 32
+_CHUNK = 1 << 20
+_TAR_HEAD = 512
+
+
+class LimitReached(Exception):
+    """A cap was reached: the message says which; the rest of this input is not read."""
+
+
+@dataclass
+class Entry:
+    """One input or archive member, as meta.yaml records it."""
+
+    name: str
+    size: int | None = None
+    sha256: str | None = None
+    kind: str | None = None  # a container's kind ("tar.gz archive", "folder") or the importer's, set later
+    error: str | None = None
+    contributed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    data: bytes | None = field(default=None, repr=False)  # a file's content, None for containers and refusals
+    forced: str | None = None  # --as KIND
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "size": self.size, "sha256": self.sha256, "kind": self.kind}
+        if self.error:
+            out["error"] = self.error
+        out["contributed"] = self.contributed
+        if self.skipped:
+            out["skipped"] = self.skipped
+        return out
+
+
+@dataclass
+class Budget:
+    total: int = MAX_TOTAL
+    members: int = MAX_MEMBERS
+    member: int = MAX_MEMBER
+    used: int = 0
+    count: int = 0
+
+    def take(self, nbytes: int) -> None:
+        self.used += nbytes
+        if self.used > self.total:
+            raise LimitReached(f"more than {_size(self.total)} uncompressed over all inputs: the rest is not read")
+
+    def one_more(self) -> None:
+        self.count += 1
+        if self.count > self.members:
+            raise LimitReached(f"more than {self.members} files over all inputs: the rest is not read")
+
+
+def _size(nbytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} bytes"
+
+
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", "gz"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bz2"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"),
+)
+_OPENERS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {  # closed with the stream they wrap
+    "gz": lambda f: cast("IO[bytes]", gzip.GzipFile(fileobj=f, mode="rb")),
+    "xz": lambda f: lzma.LZMAFile(f, mode="rb"),  # noqa: SIM115
+    "bz2": lambda f: bz2.BZ2File(f, mode="rb"),
+}
+_CORRUPT = (OSError, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError, zipfile.BadZipFile, ValueError)
+
+
+def container_kind(head: bytes) -> str | None:
+    """"gz", "xz", "bz2", "zip" or "tar" from the first bytes; None for anything else."""
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    return None
+
+
+def unsafe_name(name: str) -> str | None:
+    """Why an archive member's name is refused, or None."""
+    if not name or "\x00" in name or any(ord(c) < 32 for c in name):
+        return "a name with control characters"
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "an absolute path"
+    if ".." in name.replace("\\", "/").split("/"):
+        return "a path with '..' (it would point outside the archive)"
+    return None
+
+
+class _Counted(io.RawIOBase):
+    """A decompressed stream that counts into the budget and stops at `limit` bytes, with bytes pushed back."""
+
+    def __init__(self, inner: IO[bytes], budget: Budget, limit: int, what: str) -> None:
+        self.inner, self.budget, self.limit, self.what = inner, budget, limit, what
+        self.read_so_far = 0
+        self.pushed = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self.pushed:
+            n = min(len(view), len(self.pushed))
+            view[:n] = self.pushed[:n]
+            self.pushed = self.pushed[n:]
+            return n
+        chunk = self.inner.read(min(len(view), _CHUNK))
+        if not chunk:
+            return 0
+        self.read_so_far += len(chunk)
+        if self.read_so_far > self.limit:
+            raise LimitReached(f"{self.what}: more than {_size(self.limit)} uncompressed: refused (not read further)")
+        self.budget.take(len(chunk))
+        view[:len(chunk)] = chunk
+        return len(chunk)
+
+    def head(self, nbytes: int) -> bytes:
+        got = b""
+        while len(got) < nbytes:
+            more = self.read(nbytes - len(got))
+            if not more:
+                break
+            got += more
+        self.pushed = got + self.pushed
+        return got
+
+
+def _read_all(stream: IO[bytes] | io.RawIOBase, limit: int, what: str) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := stream.read(_CHUNK):
+        total += len(chunk)
+        if total > limit:
+            raise LimitReached(f"{what}: more than {_size(limit)}: refused (not read further)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Reader:
+    """Expands inputs into `Entry`s: containers first (filled in as they are read), then their files."""
+
+    def __init__(self, budget: Budget | None = None) -> None:
+        self.budget = budget or Budget()
+        self.stopped: str | None = None  # a cap over all inputs was reached
+
+    def read_paths(self, paths: list[Path]) -> Iterator[Entry]:
+        for path in paths:
+            if self.stopped:
+                yield Entry(str(path), error=self.stopped)
+                continue
+            yield from self._path(path, str(path), 0)
+
+    # --- the file system ---------------------------------------------------------------------
+
+    def _path(self, path: Path, shown: str, depth: int) -> Iterator[Entry]:
+        try:
+            info = os.stat(path)  # named by the operator: a link they gave is theirs to follow
+        except OSError as exc:
+            yield Entry(shown, error=f"cannot read: {exc.strerror}")
+            return
+        if stat.S_ISDIR(info.st_mode):
+            yield from self._folder(path, shown)
+        elif stat.S_ISREG(info.st_mode):
+            yield from self._file(path, shown, info.st_size)
+        else:
+            yield Entry(shown, error="not a regular file or folder: refused (not opened)")
+
+    def _folder(self, root: Path, shown: str) -> Iterator[Entry]:
+        folder = Entry(shown, kind="folder")
+        yield folder
+        pending: list[tuple[Path, str, int]] = [(root, "", 0)]
+        while pending:
+            current, rel, depth = pending.pop()
+            try:
+                names = sorted(os.listdir(current), reverse=True)
+            except OSError as exc:
+                folder.skipped.append(f"{rel or '.'}: cannot list: {exc.strerror}")
+                continue
+            for name in names:
+                child, child_rel = current / name, f"{rel}{name}"
+                try:
+                    mode = os.lstat(child).st_mode
+                except OSError as exc:
+                    folder.skipped.append(f"{child_rel}: {exc.strerror}")
+                    continue
+                if stat.S_ISDIR(mode):
+                    if depth >= MAX_FOLDER_DEPTH:
+                        folder.skipped.append(f"{child_rel}/: nested deeper than {MAX_FOLDER_DEPTH} folders")
+                    else:
+                        pending.append((child, child_rel + "/", depth + 1))
+                elif stat.S_ISREG(mode):
+                    try:
+                        self.budget.one_more()
+                    except LimitReached as exc:
+                        folder.error = self.stopped = str(exc)
+                        return
+                    yield from self._file(child, f"{shown.rstrip('/')}/{child_rel}", None, nofollow=True)
+                else:
+                    kind = "a symlink" if stat.S_ISLNK(mode) else "a device, FIFO or socket"
+                    folder.skipped.append(f"{child_rel}: {kind}: not followed")
+            if self.stopped:
+                return
+
+    def _file(self, path: Path, shown: str, size: int | None, nofollow: bool = False) -> Iterator[Entry]:
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            yield Entry(shown, error=f"cannot read: {exc.strerror}")
+            return
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                yield Entry(shown, error="not a regular file: refused")
+                return
+            head = handle.read(_TAR_HEAD + 512)
+            handle.seek(0)
+            kind = container_kind(head)
+            if kind is None:
+                yield self._plain(shown, handle, info.st_size)
+                return
+            entry = Entry(shown, size=info.st_size, sha256=_file_digest(handle), kind=f"{kind} archive")
+            handle.seek(0)
+            yield entry
+            yield from self._container(handle, kind, entry, 0)
+
+    def _plain(self, shown: str, handle: IO[bytes], size: int) -> Entry:
+        if size > self.budget.member:
+            return Entry(shown, size=size, error=f"{_size(size)} or more: larger than the {_size(self.budget.member)} "
+                                                 "one input may hold: refused (not read)")
+        try:
+            data = _read_all(handle, self.budget.member, shown)
+            self.budget.take(len(data))
+        except LimitReached as exc:
+            self.stopped = self.stopped or (str(exc) if "over all inputs" in str(exc) else None)
+            return Entry(shown, size=size, error=str(exc))
+        except OSError as exc:
+            return Entry(shown, size=size, error=f"cannot read: {exc.strerror}")
+        return Entry(shown, size=len(data), sha256=_digest(data), data=data)
+
+    # --- archives ------------------------------------------------------------------------------
+
+    def _container(self, handle: IO[bytes], kind: str, entry: Entry, depth: int) -> Iterator[Entry]:
+        """The files in an archive; errors land on `entry` (the archive), what was read stays read."""
+        try:
+            if kind == "zip":
+                yield from self._zip(handle, entry, depth)
+            elif kind == "tar":
+                stream = _Counted(handle, self.budget, self.budget.total, entry.name)
+                yield from self._tar(stream, entry, depth)
+            else:
+                stream = _Counted(_OPENERS[kind](handle), self.budget, self.budget.total, entry.name)
+                head = stream.head(_TAR_HEAD + 512)
+                if container_kind(head) == "tar":
+                    entry.kind = f"tar.{kind} archive"
+                    yield from self._tar(stream, entry, depth)
+                else:
+                    yield from self._single(stream, entry, depth)
+        except LimitReached as exc:
+            entry.error = str(exc)
+            if "over all inputs" in entry.error:
+                self.stopped = entry.error
+        except _CORRUPT as exc:
+            entry.error = f"corrupt or truncated {entry.kind or kind}: {_why(exc)}"
+
+    def _single(self, stream: _Counted, entry: Entry, depth: int) -> Iterator[Entry]:
+        """A compressed single file (dmesg.gz, nvidia-bug-report.log.gz): one member, named without the suffix."""
+        stream.limit = self.budget.member
+        stream.what = entry.name
+        data = _read_all(stream, self.budget.member, entry.name)
+        name = entry.name.rsplit(".", 1)[0] if entry.name.endswith((".gz", ".xz", ".bz2")) else entry.name
+        yield from self._member(f"{name} (uncompressed)", data, depth)
+
+    def _member(self, name: str, data: bytes, depth: int) -> Iterator[Entry]:
+        kind = container_kind(data[:_TAR_HEAD + 512])
+        if kind is None:
+            yield Entry(name, size=len(data), sha256=_digest(data), data=data)
+            return
+        entry = Entry(name, size=len(data), sha256=_digest(data), kind=f"{kind} archive")
+        yield entry
+        if depth + 1 >= MAX_NESTING:
+            entry.error = f"an archive nested deeper than {MAX_NESTING} levels: not opened"
+            return
+        yield from self._container(io.BytesIO(data), kind, entry, depth + 1)
+
+    def _tar(self, stream: _Counted, entry: Entry, depth: int) -> Iterator[Entry]:
+        with tarfile.open(fileobj=stream, mode="r|") as archive:  # a stream: members in order, never seeking
+            for member in archive:
+                self.budget.one_more()
+                shown = f"{entry.name}:{member.name}"
+                if member.isdir():
+                    continue
+                why = unsafe_name(member.name) or _tar_refusal(member)
+                if why is None and member.size > self.budget.member:
+                    why = (f"declares {_size(member.size)}: larger than the {_size(self.budget.member)} "
+                           "one member may hold (not read)")
+                if why is not None:
+                    yield Entry(shown, size=member.size if member.isreg() else None, error=f"refused: {why}")
+                    if member.isreg() and member.size > self.budget.member:
+                        raise LimitReached(f"{member.name}: declares {_size(member.size)}, more than one member "
+                                           "may hold: the rest of this archive is not read")
+                    continue
+                source = archive.extractfile(member)
+                if source is None:
+                    continue
+                data = _read_all(source, self.budget.member, shown)
+                if len(data) != member.size:
+                    raise EOFError(f"{member.name} is truncated")
+                yield from self._member(shown, data, depth)
+
+    def _zip(self, handle: IO[bytes], entry: Entry, depth: int) -> Iterator[Entry]:
+        with zipfile.ZipFile(handle) as archive:
+            infos = archive.infolist()
+            if len(infos) > self.budget.members - self.budget.count:
+                raise LimitReached(f"{len(infos)} members: more than the {self.budget.members} files "
+                                   "an import may hold: refused (not read)")
+            for info in infos:
+                self.budget.one_more()
+                shown = f"{entry.name}:{info.filename}"
+                if info.is_dir():
+                    continue
+                mode = info.external_attr >> 16
+                why = unsafe_name(info.filename)
+                if why is None and mode and not stat.S_ISREG(mode):
+                    why = "a symlink: not followed" if stat.S_ISLNK(mode) else "not a regular file"
+                if why is None and info.flag_bits & 0x1:
+                    why = "encrypted"
+                if why is None and info.file_size > self.budget.member:
+                    why = (f"declares {_size(info.file_size)}: larger than the {_size(self.budget.member)} "
+                           "one member may hold (not read)")
+                if why is not None:
+                    yield Entry(shown, size=info.file_size, error=f"refused: {why}")
+                    continue
+                try:
+                    with archive.open(info) as source:
+                        counted = _Counted(source, self.budget, self.budget.member, shown)
+                        data = _read_all(counted, self.budget.member, shown)
+                except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+                    yield Entry(shown, size=info.file_size, error=f"corrupt member: {_why(exc)}")
+                    continue
+                except LimitReached as exc:
+                    if "over all inputs" in str(exc):
+                        raise
+                    yield Entry(shown, size=info.file_size, error=str(exc))
+                    continue
+                yield from self._member(shown, data, depth)
+
+
+def _tar_refusal(member: tarfile.TarInfo) -> str | None:
+    if member.issym():
+        return f"a symlink (to {member.linkname[:120]!r}): not followed"
+    if member.islnk():
+        return f"a hard link (to {member.linkname[:120]!r}): not followed"
+    if member.ischr() or member.isblk():
+        return "a device file"
+    if member.isfifo():
+        return "a FIFO"
+    if not member.isreg():
+        return "not a regular file"
+    return None
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text[:200]
+
+
+def _file_digest(handle: IO[bytes]) -> str:
+    digest = hashlib.sha256()
+    while chunk := handle.read(_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()

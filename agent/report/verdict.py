@@ -1,0 +1,115 @@
+"""The node's verdict, first thing in the table: HEALTHY, DEGRADED or DRAIN, and what to do.
+
+- DRAIN: a finding that is not waived fails with severity critical, or asks for `drain`;
+- DEGRADED: anything else fails, or warns with severity warning or critical;
+- HEALTHY: nothing fails (passes, skips, waived findings, `info` warnings).
+
+Below it, the actions the findings ask for (their `action`; `remediate` where `nodewarden
+remediate` fixes it; `review` where neither is known), worst first: by the worst finding asking
+(status, then severity), then drain, reboot, GPU and fabric resets before the rest. Each line
+names the findings and the worst one's message. Findings that could not be judged (`unknown`)
+do not change the verdict and are listed last, as `not judged`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import click
+
+from agent.model import Finding, Severity, Status
+from agent.names import compress, natural_key
+from agent.report.collapse import rank
+from agent.sanitise import clean
+
+HEALTHY, DEGRADED, DRAIN = "HEALTHY", "DEGRADED", "DRAIN"
+REMEDIATE, REVIEW, NOT_JUDGED = "remediate", "review", "not judged"
+_FIRST = {"drain": 0, "reboot": 1, "reset_gpu": 2, "reset_fabric": 3}
+_LAST = {REMEDIATE: 1, REVIEW: 2, "monitor": 3}
+_COLORS = {HEALTHY: "green", DEGRADED: "yellow", DRAIN: "red"}
+MAX_ITEMS = 3  # findings named per action; the rest are counted
+
+
+@dataclass
+class Ask:
+    action: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def worst(self) -> Finding:
+        return min(self.findings, key=rank)
+
+
+@dataclass
+class Verdict:
+    state: str
+    asks: list[Ask]
+
+
+def action_of(finding: Finding) -> str:
+    if finding.status is Status.UNKNOWN:
+        return NOT_JUDGED
+    return finding.action or (REMEDIATE if finding.remediation else REVIEW)
+
+
+def judge(findings: list[Finding]) -> Verdict:
+    live = [f for f in findings if f.waiver is None and f.status in (Status.FAIL, Status.WARN, Status.UNKNOWN)]
+    state = HEALTHY
+    if any(f.status is Status.FAIL or (f.status is Status.WARN and f.severity is not Severity.INFO) for f in live):
+        state = DEGRADED
+    if any((f.status is Status.FAIL and f.severity is Severity.CRITICAL) or
+           (f.status is not Status.UNKNOWN and f.action == "drain") for f in live):
+        state = DRAIN
+    asks: dict[str, Ask] = {}
+    for finding in live:
+        asks.setdefault(action_of(finding), Ask(action_of(finding))).findings.append(finding)
+    ordered = sorted(asks.values(), key=lambda a: (a.action == NOT_JUDGED, rank(a.worst),
+                                                    _FIRST.get(a.action, len(_FIRST)), _LAST.get(a.action, 0),
+                                                    a.action))
+    return Verdict(state, ordered)
+
+
+def _items(ask: Ask, subjects: dict[int, str]) -> str:
+    """`gpu.lost gpu7; gpu.xid gpu7`: worst first, a check's subjects said once, `node` left out.
+
+    At most MAX_ITEMS subjects are named, the others counted: a name is never cut.
+    """
+    by_check: dict[str, list[str]] = {}
+    for finding in sorted(ask.findings, key=lambda f: (rank(f), f.check, natural_key(f.subject))):
+        by_check.setdefault(finding.check, []).append(subjects.get(id(finding), finding.subject))
+    parts: list[str] = []
+    named = left = 0
+    for check, subject_names in by_check.items():
+        said = compress(subject_names) if len(set(subject_names)) == len(subject_names) else None
+        names = [said] if said else subject_names
+        if named >= MAX_ITEMS:
+            left += len(names)
+            continue
+        take = names[: MAX_ITEMS - named]
+        named += len(take)
+        left += len(names) - len(take)
+        shown = [n for n in take if n != "node"]
+        parts.append(clean(check) + (" " + ", ".join(clean(n) for n in shown) if shown else ""))
+    return "; ".join(parts) + (f" and {left} more" if left else "")
+
+
+def render_verdict(findings: list[Finding], subjects: dict[int, str], *, width: int, verbose: bool,
+                   color: bool) -> list[str]:
+    verdict = judge(findings)
+    word = click.style(verdict.state, fg=_COLORS[verdict.state], bold=True) if color else verdict.state
+    real = [a for a in verdict.asks if a.action != NOT_JUDGED]
+    if not verdict.asks:
+        return [f"{word}: nothing to do"]
+    head = (f"{word}: {len(real)} action(s) asked for, worst first" if real
+            else f"{word}: nothing fails; what could not be judged")
+    lines = [head]
+    column = max(len(a.action) for a in verdict.asks)
+    for ask in verdict.asks:
+        worst = ask.worst
+        head = f"  {ask.action:<{column}}  {worst.severity.value:<8} {_items(ask, subjects)}: "
+        message = clean(worst.message)
+        room = max(width - len(head) - 1, 24)
+        if not verbose and len(message) > room:
+            message = message[: room - 3] + "..."  # the message is cut, never a name
+        lines.append(head + message)
+    return lines
