@@ -9,15 +9,14 @@ under load are no baseline. `baseline show` prints a recorded file.
 
 Where a node's baseline lives: `<config.state_dir>/baseline.json` on a live
 node, `DIR/baseline.json` for a snapshot DIR (`--snapshot`, `--simulate`).
-`run_audit` loads it into `NodeFacts.baseline`; the check `baseline.drift`
-compares (checks/baseline_drift.py).
+The reader (`agent.sources.baseline`) loads it into `NodeFacts.baseline` for
+the audit and the daemon; the check `baseline.drift` compares (checks/baseline_drift.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,154 +25,25 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import click
 
 from agent.cli_options import source_options
-from agent.errors import EXIT_FAIL, NodewardenError
+from agent.errors import EXIT_FAIL
+from agent.sources.baseline import (  # re-exported: the file format lives in the reader
+    BASELINE_FILE,
+    BASELINE_SCHEMA,
+    BaselineError,
+    baseline_path,
+    parse_baseline,
+    read_document,
+)
 
 # agent.cli imports this module for its command group: what `nodewarden --version` need not load
 # (facts, engine, sources) is imported inside the functions.
 if TYPE_CHECKING:
-    from agent.config import Config
     from agent.engine import AuditRequest, NodeSource
-    from agent.facts import Baseline, BmcFacts, GpuFacts, NvmlFacts
+    from agent.facts import BmcFacts, GpuFacts, NvmlFacts
     from agent.model import Unknown
     from agent.profiles import ProfileStore
 
-BASELINE_SCHEMA = "nodewarden.baseline/v1"
-BASELINE_FILE = "baseline.json"
-MAX_BASELINE_BYTES = 4 << 20  # 8 GPUs' baseline is ~5 KB
-
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class BaselineError(NodewardenError):
-    """A baseline file that is missing, unreadable or not `nodewarden.baseline/v1`."""
-
-
-def baseline_path(node: NodeSource, config: Config) -> Path:
-    """Where this node's baseline lives: inside its snapshot, else in the state directory."""
-    if node.snapshot is not None:
-        return node.snapshot.path / BASELINE_FILE
-    return config.state_dir / BASELINE_FILE
-
-
-def load_node_baseline(node: NodeSource, config: Config) -> Baseline | Unknown:
-    """The node's baseline for `NodeFacts.baseline`; never raises."""
-    return load_baseline(baseline_path(node, config))
-
-
-def load_baseline(path: Path) -> Baseline | Unknown:
-    """The baseline in `path`: Unsupported when none was recorded, Unknown when it cannot be used."""
-    from agent.facts import NO_BASELINE
-    from agent.model import Unknown
-
-    try:
-        return parse_baseline(read_document(path), str(path))
-    except FileNotFoundError:
-        return NO_BASELINE
-    except BaselineError as exc:
-        return Unknown(f"baseline unusable: {exc}")
-
-
-def read_document(path: Path) -> dict[str, Any]:
-    """The JSON object in `path` (FileNotFoundError when there is none)."""
-    from agent.jsonfile import JsonInputError, load_json_bytes, read_bounded
-
-    try:
-        data = read_bounded(path, MAX_BASELINE_BYTES)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise BaselineError(f"cannot read: {exc}", path=str(path)) from None
-    try:
-        doc = load_json_bytes(data, what=str(path), max_bytes=MAX_BASELINE_BYTES, max_depth=16)
-    except JsonInputError as exc:
-        raise BaselineError(exc.message, path=str(path), line=exc.line) from None
-    if not isinstance(doc, dict):
-        raise BaselineError("a baseline is a JSON object", path=str(path))
-    return doc
-
-
-# --- parsing ----------------------------------------------------------------------------------
-
-
-def _fail(path: str, where: str, what: str) -> BaselineError:
-    return BaselineError(f"{where}: {what}", path=path)
-
-
-def _number(entry: dict[str, Any], key: str, path: str, where: str) -> float | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _fail(path, f"{where}.{key}", f"expected a number or null, got {value!r}")
-    return float(value)
-
-
-def _integer(entry: dict[str, Any], key: str, path: str, where: str) -> int | None:
-    value = _number(entry, key, path, where)
-    return None if value is None else round(value)
-
-
-def _text(entry: dict[str, Any], key: str, path: str, where: str) -> str | None:
-    value = entry.get(key)
-    if value is not None and not isinstance(value, str):
-        raise _fail(path, f"{where}.{key}", f"expected a string or null, got {value!r}")
-    return value
-
-
-def _object(value: Any, path: str, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(path, where, f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _readings(section: dict[str, Any], key: str, path: str, value_key: str | None = None) -> dict[str, float]:
-    """{name: number} (or {name: {value_key: number}}); null readings are left out."""
-    out: dict[str, float] = {}
-    for name, value in _object(section.get(key) or {}, path, f"bmc.{key}").items():
-        entry = _object(value, path, f"bmc.{key}.{name}") if value_key else {"v": value}
-        number = _number(entry, value_key or "v", path, f"bmc.{key}.{name}")
-        if number is not None:
-            out[str(name)] = number
-    return out
-
-
-def parse_baseline(doc: dict[str, Any], path: str) -> Baseline:
-    """A `nodewarden.baseline/v1` document -> Baseline. Unknown keys are ignored (newer writers)."""
-    from agent.facts import Baseline, BaselineGpu
-
-    if doc.get("schema") != BASELINE_SCHEMA:
-        raise BaselineError(f"not a {BASELINE_SCHEMA} file (schema: {doc.get('schema')!r})", path=path)
-    recorded_at = doc.get("recorded_at")
-    if not isinstance(recorded_at, str):
-        raise _fail(path, "recorded_at", "missing")
-    node = _object(doc.get("node") or {}, path, "node")
-    gpus = []
-    for key, value in _object(doc.get("gpus") or {}, path, "gpus").items():
-        where = f"gpus.{key}"
-        if not str(key).isdigit():
-            raise _fail(path, where, "GPU keys are NVML indices (0, 1, ...)")
-        entry = _object(value, path, where)
-        gpus.append(BaselineGpu(
-            index=int(key), uuid=_text(entry, "uuid", path, where), serial=_text(entry, "serial", path, where),
-            name=_text(entry, "name", path, where), pci_bus_id=_text(entry, "pci_bus_id", path, where),
-            power_w=_number(entry, "power_w", path, where),
-            temperature_c=_number(entry, "temperature_c", path, where),
-            memory_temperature_c=_number(entry, "memory_temperature_c", path, where),
-            sm_clock_mhz=_integer(entry, "sm_clock_mhz", path, where),
-            memory_clock_mhz=_integer(entry, "memory_clock_mhz", path, where),
-            utilization_gpu_pct=_integer(entry, "utilization_gpu_pct", path, where),
-            lost=_text(entry, "lost", path, where)))
-    bmc = _object(doc.get("bmc") or {}, path, "bmc")
-    return Baseline(
-        path=path, recorded_at=recorded_at, hostname=_text(node, "hostname", path, "node"),
-        model=_text(node, "model", path, "node"), profile=_text(node, "profile", path, "node"),
-        gpus=tuple(sorted(gpus, key=lambda g: g.index)),
-        bmc_temperatures_c=_readings(bmc, "temperatures_c", path),
-        bmc_fans=_readings(bmc, "fans", path, "reading"),
-        psu_output_w=_readings(bmc, "psu_output_w", path),
-        power_consumed_w=_number(bmc, "power_consumed_w", path, "bmc"),
-        forced=doc.get("forced") is True,
-    )
 
 
 # --- recording --------------------------------------------------------------------------------
@@ -263,7 +133,7 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
 
     `recorded_at` is when the readings were taken: now, or a snapshot's `captured_at`.
     """
-    from agent.engine import _node_info, _observed_at, _read_host, choose_profile, open_node, read_bmc
+    from agent.engine import choose_profile, node_info, observed_at, open_node, read_bmc, read_host
     from agent.errors import AuditError
     from agent.facts import BmcFacts, NvmlFacts
     from agent.model import Unknown, Unsupported
@@ -272,7 +142,7 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
 
     config = request.config
     node = node or open_node(request)
-    host = _read_host(node)[0] if node.captured("host") and node.fs is not None else absent_host_facts(
+    host = read_host(node)[0] if node.captured("host") and node.fs is not None else absent_host_facts(
         "not in this snapshot")
     notes: list[str] = []
     nvml: NvmlFacts | Unknown
@@ -295,9 +165,9 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
         notes.append(f"BMC: not recorded ({bmc.reason})")
     store = store or ProfileStore(config.profile_dirs, config.overrides_file)
     profile = choose_profile(request, store, host, nvml)[0]
-    info = _node_info(host, node)
+    info = node_info(host, node)
     model = info["model"] or (_known(bmc.model) if isinstance(bmc, BmcFacts) else None)
-    stamp = _observed_at(node, now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
+    stamp = observed_at(node, now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
     busy = busy_reasons(nvml) if isinstance(nvml, NvmlFacts) else []
     gpus = {str(g.index): gpu_entry(g) for g in sorted(nvml.gpus, key=lambda g: g.index)} if isinstance(
         nvml, NvmlFacts) else {}
@@ -395,11 +265,11 @@ def baseline() -> None:
 def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Path | None, out: Path | None,
                     force: bool, **bmc: Any) -> None:
     """Record this node's idle GPU and BMC readings. Exit 0 recorded, 1 a GPU is not idle, 2 bad input."""
-    from agent.cli import _bmc_options, _config
+    from agent.cli_options import bmc_options, load_cli_config
     from agent.engine import AuditRequest, open_node
 
-    config = _config(config_path)
-    request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, bmc=_bmc_options(config, bmc))
+    config = load_cli_config(config_path)
+    request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, bmc=bmc_options(config, bmc))
     node = open_node(request)
     if out is None:
         if node.mode == "simulated":
@@ -411,17 +281,20 @@ def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Pa
             trusted_dir(out.parent, create=True)  # the default state dir, made 0700 like remediate makes it
     recording = record_baseline(request, node)
     if recording.busy and not force:
-        for line in recording.busy:
-            click.echo(f"  {line}", err=True)
-        click.echo(f"nodewarden: error: not recording a baseline: {len(recording.busy)} GPU(s) not idle "
-                   "(idle readings need idle GPUs: drain the node, or use --force)", err=True)
+        from agent.cli_support import error
+
+        error(f"not recording a baseline: {len(recording.busy)} GPU(s) not idle "
+              "(idle readings need idle GPUs: drain the node, or use --force):\n"
+              + "\n".join(f"  {line}" for line in recording.busy), busy=list(recording.busy))
         sys.exit(EXIT_FAIL)
     if recording.busy:
         recording.doc["forced"] = True
         recording.notes.extend(f"not idle when recorded: {line}" for line in recording.busy)
     write_baseline(out, recording.doc)
+    from agent.cli_support import warn
+
     for note in recording.notes:
-        click.echo(f"nodewarden: warning: {note}", err=True)
+        warn(note)
     bmc_doc = recording.doc["bmc"] or {}
     click.echo(f"recorded the baseline of {recording.doc['node']['hostname'] or 'this node'}: "
                f"{len(recording.doc['gpus'])} GPU(s), {len(bmc_doc.get('temperatures_c') or {})} BMC temperature "
@@ -437,9 +310,9 @@ def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Pa
               help="Output format (default: table on a terminal, json otherwise).")
 def baseline_show(file: Path | None, config_path: Path | None, fmt: str | None) -> None:
     """Print a recorded baseline."""
-    from agent.cli import _config
+    from agent.cli_options import load_cli_config
 
-    path = file if file is not None else _config(config_path).state_dir / BASELINE_FILE
+    path = file if file is not None else load_cli_config(config_path).state_dir / BASELINE_FILE
     try:
         doc = read_document(path)
     except FileNotFoundError:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from agent import __version__
-from agent.cli_options import source_options
+from agent.cli_options import bmc_options, load_cli_config, source_options
 from agent.cli_support import (
     COLOR_CHOICES,
     COLOR_HELP,
@@ -132,18 +132,8 @@ def cli(ctx: click.Context, verbose: int, log_format: str | None, debug_http: bo
     apply_logging(state)
 
 
-def _config(config_path: Path | None) -> Any:
-    from agent.config import load_config
-
-    return load_config(config_path)
-
-
-def _bmc_options(config: Any, kw: dict[str, Any]) -> Any:
-    from agent.credentials import resolve_bmc_options
-
-    return resolve_bmc_options(config.bmc, config.ipmi, url=kw.get("bmc_url"), ipmi=kw.get("ipmi_host"),
-                               user=kw.get("bmc_user"), password_file=kw.get("bmc_password_file"),
-                               ca_file=kw.get("bmc_ca_file"), insecure=bool(kw.get("bmc_insecure")))
+_config = load_cli_config  # the shared helpers, under the short names this module's commands use
+_bmc_options = bmc_options
 
 
 @cli.command()
@@ -239,7 +229,10 @@ def profiles_validate(files: tuple[Path, ...]) -> None:
             click.echo(f"{path}: ok")
         except NodewardenError as exc:
             failed += 1
-            click.echo(f"{exc}", err=True)
+            if wants_json():
+                error(str(exc), file=str(path))
+            else:
+                click.echo(f"{exc}", err=True)
     if failed:
         sys.exit(EXIT_USAGE)
 

@@ -39,3 +39,20 @@ def source_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def load_cli_config(config_path: Path | None) -> Any:
+    """The config a command runs with: `--config FILE`, else the default file if present."""
+    from agent.config import load_config
+
+    return load_config(config_path)
+
+
+def bmc_options(config: Any, kw: dict[str, Any]) -> Any:
+    """BmcOptions from the SOURCE OPTIONS a command got (`kw`), over the config's bmc/ipmi sections."""
+    from agent.credentials import resolve_bmc_options
+
+    return resolve_bmc_options(config.bmc, config.ipmi, url=kw.get("bmc_url"), ipmi=kw.get("ipmi_host"),
+                               user=kw.get("bmc_user"), password_file=kw.get("bmc_password_file"),
+                               ca_file=kw.get("bmc_ca_file"), insecure=bool(kw.get("bmc_insecure")))
+

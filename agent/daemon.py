@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from agent import sdnotify
-from agent.baseline import load_node_baseline
 from agent.config import Config, load_config
 from agent.credentials import BmcOptions, read_password_file
 from agent.engine import AuditRequest, NodeSource, Report, choose_profile, evaluate, open_node, read_bmc
@@ -37,6 +36,7 @@ from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
 from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings
 from agent.model import SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import ProfileStore
+from agent.sources.baseline import load_node_baseline
 from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
 from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower, boot_start
 from agent.sources.xid import parse_xid

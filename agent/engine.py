@@ -32,6 +32,7 @@ from agent.facts import (
     NvmlFacts,
     ProfileMatch,
 )
+from agent.host_parts import mask_missing_parts
 from agent.matching import Identity, Selection, identify, identify_bmc, select
 from agent.model import Finding, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import Profile, ProfileStore
@@ -258,7 +259,7 @@ def select_checks(checks: Iterable[Check], only: Iterable[str], skip: Iterable[s
     return selected
 
 
-def _observed_at(node: NodeSource, now: dt.datetime) -> dt.datetime:
+def observed_at(node: NodeSource, now: dt.datetime) -> dt.datetime:
     """When the node was read: now, or a snapshot's captured_at (events are judged from then)."""
     if node.snapshot is None:
         return now
@@ -279,7 +280,7 @@ def _source_configured(source: str, sources: dict[str, SourceStatus]) -> bool:
     return status is None or status.configured
 
 
-def _read_host(node: NodeSource) -> tuple[HostFacts, SourceStatus]:
+def read_host(node: NodeSource) -> tuple[HostFacts, SourceStatus]:
     fs = node.fs
     assert fs is not None
     try:
@@ -290,7 +291,7 @@ def _read_host(node: NodeSource) -> tuple[HostFacts, SourceStatus]:
         raise AuditError(f"cannot read the host ({fs.description}): {exc}") from exc
 
 
-def _node_info(host: HostFacts, node: NodeSource) -> dict[str, Any]:
+def node_info(host: HostFacts, node: NodeSource) -> dict[str, Any]:
     gpus = host.nvidia_gpus
     dmi = host.dmi
 
@@ -325,7 +326,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     sources: dict[str, SourceStatus] = {}
 
     if node.captured("host"):
-        host, sources["host"] = _read_host(node)
+        host, sources["host"] = read_host(node)
     elif node.captured("nvml"):
         host = absent_host_facts("not in this snapshot (it holds NVML data only)")
         sources["host"] = SourceStatus("host", ok=False, configured=False, error="not in snapshot")
@@ -357,6 +358,9 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     if node.fs is not None:
         missing = [k for k in profile.sysctl_keys if k not in host.sysctl]
         host.sysctl.update(read_sysctls(node.fs, missing))
+    parts = node.snapshot.meta.get("host_parts") if node.snapshot is not None else None
+    if isinstance(parts, list):  # an imported snapshot: what its inputs did not give is not evidence
+        host = mask_missing_parts(host, [str(p) for p in parts])
 
     kmsg: tuple[KmsgRecord, ...] | Unknown
     if node.captured("kmsg"):
@@ -379,7 +383,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         bmc = Unsupported("not read: no selected check needs the BMC")
         for name in ("redfish", "ipmi"):
             sources[name] = SourceStatus(name, ok=False, configured=False, error="not needed by the selected checks")
-    from agent.baseline import load_node_baseline
+    from agent.sources.baseline import load_node_baseline
 
     baseline = load_node_baseline(node, config)
     return evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0,
@@ -454,7 +458,7 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
                                                   bmc if bmc_alone and isinstance(bmc, BmcFacts) else None)
     xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
     facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, bmc=bmc,
-                      observed_at=_observed_at(node, started), baseline=baseline, profile_match=ProfileMatch(
+                      observed_at=observed_at(node, started), baseline=baseline, profile_match=ProfileMatch(
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems,
@@ -471,7 +475,7 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
                                  request.today or dt.date.today())
     return Report(
         node=_bmc_node_info(bmc, node, identity) if bmc_alone and isinstance(bmc, BmcFacts) else {
-            **_node_info(host, node), "bmc_binding": binding.state},
+            **node_info(host, node), "bmc_binding": binding.state},
         profile=profile.name,
         profile_chain=profile.chain,
         started_at=started.isoformat(timespec="seconds"),

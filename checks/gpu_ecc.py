@@ -65,7 +65,13 @@ def evaluate_retired(facts: NodeFacts, profile: Profile) -> list[Finding]:
     gpus = {subject(g): g for g in nvml_gpus(RETIRED, facts, expectation)[0]}
     for finding in findings:
         gpu = gpus.get(finding.subject)
-        if gpu is not None and gpu.retired_pending is True and finding.status is Status.PASS:
+        pending = gpu is not None and gpu.retired_pending is True
+        if finding.status is Status.FAIL:
+            # Over the limit the board qualifies for replacement: a reset only applies a pending retirement.
+            finding.action = "contact_support"
+            finding.message += ": the board qualifies for replacement (RMA)" + (
+                "; a page retirement is also pending: reset the GPU to apply it" if pending else "")
+        elif pending and finding.status is Status.PASS:
             finding.status = Status.WARN
             finding.message += "; a page retirement is pending: reset the GPU (or reboot) to apply it"
             finding.action = "reset_gpu"
@@ -91,6 +97,8 @@ def evaluate_row_remap(facts: NodeFacts, profile: Profile) -> list[Finding]:
         finding = ROW_REMAP.compare(name, expectation, gpu.remapped_uncorrectable,
                                     f"{gpu.label} rows remapped for uncorrectable errors", refs=gpu_refs(gpu),
                                     bits=REMAP_BITS)
+        if finding.status is Status.FAIL:  # more remapped rows than the limit: degrading HBM, not a reset
+            finding.action = "contact_support"
         if gpu.remap_pending is True and finding.status in (Status.PASS, Status.SKIP):
             finding.status = Status.WARN
             finding.message += "; a row remap is pending: reset the GPU to activate it"

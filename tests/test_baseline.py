@@ -13,11 +13,12 @@ import pynvml
 import pytest
 from click.testing import CliRunner
 
-from agent.baseline import BASELINE_SCHEMA, baseline, load_baseline, parse_baseline, write_baseline
+from agent.baseline import baseline, write_baseline
 from agent.facts import NO_BASELINE, Baseline, BaselineGpu, BmcFacts, BmcTemperature, NodeFacts, gpu_activity
 from agent.fsutil import FileSafetyError
 from agent.model import Finding, Severity, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import Profile, ProfileStore
+from agent.sources.baseline import BASELINE_SCHEMA, load_baseline, parse_baseline
 from agent.sources.nvml import RecordedNvml, _to_jsonable, read_nvml
 from checks.baseline_drift import DRIFT
 from tests.conftest import REPO, CliResult, RunCli

@@ -57,6 +57,9 @@ def scrapes_over_sensor_polls(daemon: DaemonProcess, polls: int, timeout_s: floa
 
 
 def assert_sensors_survive_polls(daemon: DaemonProcess) -> None:
+    # The first publish does not wait for the BMC: start judging once its first read has returned.
+    daemon.wait_for(lambda: daemon.value('nodewarden_source_pending{source="redfish"}') == 0, timeout=30,
+                    what="the BMC's first read")
     first: dict[str, float] | None = None
     for body in scrapes_over_sensor_polls(daemon, polls=5):
         assert daemon.value('nodewarden_source_up{source="redfish"}', body) == 1, [

@@ -117,7 +117,7 @@ def test_each_gpu_is_counted_once_when_both_views_list_it(tmp_path: Path, generi
     facts.bmc = bmc
     facts.sources["redfish"] = SourceStatus("redfish", ok=True)
     (count,) = COUNT.run(facts, generic)
-    assert count.status is Status.PASS and count.observed == {"bmc": 2, "nvml": 2}  # not 4 BMC GPUs
+    assert count.status is Status.PASS and count.observed["bmc"] == count.observed["nvml"] == 2  # not 4 BMC GPUs
     agree = judge(bmc, generic)
     assert {s: f.status for s, f in agree.items()} == {"GPU_SXM_1": Status.PASS, "GPU_SXM_2": Status.PASS}
     assert "paired by position" in agree["GPU_SXM_1"].message

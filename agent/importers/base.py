@@ -184,3 +184,30 @@ class Builder:
         if self.redfish:
             sources.append("redfish")
         return sources
+
+
+def detect_kind(head: bytes, name: str, kinds: list[Importer]) -> Importer | None:
+    """The first of `kinds` that recognises this input by its first bytes (and name)."""
+    if looks_binary(head):
+        return None
+    for importer in kinds:
+        if importer.detect(head, name):
+            return importer
+    return None
+
+
+def run_importer(importer: Importer, data: bytes, builder: Builder, name: str) -> Contribution:
+    """`importer.contribute`, with any failure turned into an InputError naming `name` (never a traceback)."""
+    previous = builder.current
+    builder.current = name
+    try:
+        return importer.contribute(data, builder)
+    except InputError:
+        raise
+    except SnapshotError as exc:
+        raise InputError(exc.message, path=exc.path or name, line=exc.line) from None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError, UnicodeError) as exc:
+        raise InputError(f"could not import it (importer bug, please report): {type(exc).__name__}: {exc}"[:300],
+                         path=name) from exc
+    finally:
+        builder.current = previous

@@ -23,50 +23,33 @@ from typing import Any
 
 from agent import __version__
 from agent.errors import SnapshotError
-from agent.importers.base import HEAD_BYTES, Builder, Contribution, Importer, InputError, looks_binary
+from agent.host_parts import parts_of
+from agent.importers.base import (
+    HEAD_BYTES,
+    Builder,
+    Importer,
+    InputError,
+    detect_kind,
+    looks_binary,
+    run_importer,
+)
 from agent.importers.inputs import Budget, Entry, Reader
 
 
 def importers() -> list[Importer]:
     """Every kind, most specific first (a bug report holds nvidia-smi, lspci and dmesg sections)."""
+    from agent.importers.bug_report import BugReportImporter
     from agent.importers.dmidecode import DmidecodeImporter
     from agent.importers.kernel_log import KernelLogImporter
     from agent.importers.lspci import LspciImporter
     from agent.importers.nvidia_smi_kind import NvidiaSmiImporter
 
-    kinds: list[Importer] = [NvidiaSmiImporter(), DmidecodeImporter(), LspciImporter()]
-    kinds.append(KernelLogImporter())
-    return kinds
+    sections: list[Importer] = [NvidiaSmiImporter(), DmidecodeImporter(), LspciImporter(), KernelLogImporter()]
+    return [BugReportImporter(sections), *sections]
 
 
 def kind_names() -> list[str]:
     return [k.kind for k in importers()]
-
-
-def detect_kind(head: bytes, name: str, kinds: list[Importer] | None = None) -> Importer | None:
-    if looks_binary(head):
-        return None
-    for importer in kinds or importers():
-        if importer.detect(head, name):
-            return importer
-    return None
-
-
-def run_importer(importer: Importer, data: bytes, builder: Builder, name: str) -> Contribution:
-    """`importer.contribute`, with any failure turned into an InputError naming `name` (never a traceback)."""
-    previous = builder.current
-    builder.current = name
-    try:
-        return importer.contribute(data, builder)
-    except InputError:
-        raise
-    except SnapshotError as exc:
-        raise InputError(exc.message, path=exc.path or name, line=exc.line) from None
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError, UnicodeError) as exc:
-        raise InputError(f"could not import it (importer bug, please report): {type(exc).__name__}: {exc}"[:300],
-                         path=name) from exc
-    finally:
-        builder.current = previous
 
 
 @dataclass
@@ -178,6 +161,7 @@ def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
         "captured_at": builder.captured_at or dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         "nodewarden_version": __version__,
         "captured": builder.captured,
+        **({"host_parts": parts_of(builder.fs)} if builder.fs else {}),
         "source": f"snapshot import of {len([e for e in entries if ':' not in e.name])} input(s)",
         "inputs": [e.to_json() for e in entries],
     }

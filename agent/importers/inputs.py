@@ -314,6 +314,10 @@ class Reader:
         """A compressed single file (dmesg.gz, nvidia-bug-report.log.gz): one member, named without the suffix."""
         stream.limit = self.budget.member
         stream.what = entry.name
+        head = stream.head(4096)
+        if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+            entry.error = "binary data inside (no kind nodewarden imports): not read further"
+            return
         data = _read_all(stream, self.budget.member, entry.name)
         name = entry.name.rsplit(".", 1)[0] if entry.name.endswith((".gz", ".xz", ".bz2")) else entry.name
         yield from self._member(f"{name} (uncompressed)", data, depth)

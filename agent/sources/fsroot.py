@@ -22,11 +22,15 @@ import errno
 import os
 import posixpath
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 from agent.errors import SnapshotError
 from agent.jsonfile import load_json_file
+from agent.model import Unknown
+
+T = TypeVar("T")
 
 _MAX_LINK_HOPS = 40  # the kernel's own limit on symlink hops (MAXSYMLINKS)
 MAX_FILE_BYTES = 1 << 20  # a whole-file read (a sysfs/procfs value) larger than this is refused
@@ -57,6 +61,58 @@ def read_text(fs: FsRoot, path: str) -> str:
     """Read a kernel text file. Raises OSError or UnicodeDecodeError."""
     return fs.read_bytes(path).decode("utf-8")
 
+
+
+# --- reading kernel files as facts (shared by every host-side reader: host, pcie, rdma) ---------
+
+
+def describe_os_error(path: str, exc: OSError) -> str:
+    """Why a kernel file could not be read, fit for an `unknown` finding."""
+    if exc.errno == errno.ENOENT:
+        return f"{path} is absent"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{path} is not readable by this user (needs root)"
+    return f"{path}: {exc.strerror or exc}"
+
+
+@overload
+def read_value(fs: FsRoot, path: str) -> str | Unknown: ...
+
+
+@overload
+def read_value(fs: FsRoot, path: str, parse: Callable[[str], T]) -> T | Unknown: ...
+
+
+def read_value(fs: FsRoot, path: str, parse: Callable[[str], Any] | None = None) -> Any:
+    """Read one kernel text file, stripped; a failure becomes Unknown(reason)."""
+    try:
+        text = read_text(fs, path).strip()
+    except OSError as exc:
+        return Unknown(describe_os_error(path, exc))
+    except UnicodeDecodeError as exc:
+        return Unknown(f"{path} is not valid UTF-8 (byte {exc.start})")
+    if parse is None:
+        return text
+    try:
+        return parse(text)
+    except ValueError:
+        return Unknown(f"{path}: unexpected content {text[:60]!r}")
+
+
+def list_dir(fs: FsRoot, path: str) -> list[str] | Unknown:
+    """A folder's names, or Unknown(reason)."""
+    try:
+        return fs.listdir(path)
+    except OSError as exc:
+        return Unknown(describe_os_error(path, exc))
+
+
+def link_name(fs: FsRoot, path: str) -> str | None:
+    """The last component of a symlink's target (sysfs `driver`, `device`), or None."""
+    try:
+        return os.path.basename(fs.readlink(path).rstrip("/"))
+    except OSError:
+        return None
 
 def _check_abs(path: str) -> None:
     if not path.startswith("/") or "\x00" in path:

@@ -11,7 +11,7 @@ import errno
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from agent.facts import (
     PCI_ADDRESS_RE,
@@ -24,7 +24,7 @@ from agent.facts import (
     PciFunction,
 )
 from agent.model import Unknown, Unsupported
-from agent.sources.fsroot import FsRoot, read_text
+from agent.sources.fsroot import FsRoot, describe_os_error, link_name, list_dir, read_value
 
 T = TypeVar("T")
 
@@ -76,55 +76,9 @@ def sysctl_path(key: str) -> str:
     return "/proc/sys/" + "/".join(out)
 
 
-def _describe_os_error(path: str, exc: OSError) -> str:
-    if exc.errno == errno.ENOENT:
-        return f"{path} is absent"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"{path} is not readable by this user (needs root)"
-    return f"{path}: {exc.strerror or exc}"
-
-
-@overload
-def read_value(fs: FsRoot, path: str) -> str | Unknown: ...
-
-
-@overload
-def read_value(fs: FsRoot, path: str, parse: Callable[[str], T]) -> T | Unknown: ...
-
-
-def read_value(fs: FsRoot, path: str, parse: Callable[[str], Any] | None = None) -> Any:
-    """Read one kernel text file, stripped; a failure becomes Unknown(reason)."""
-    try:
-        text = read_text(fs, path).strip()
-    except OSError as exc:
-        return Unknown(_describe_os_error(path, exc))
-    except UnicodeDecodeError as exc:
-        return Unknown(f"{path} is not valid UTF-8 (byte {exc.start})")
-    if parse is None:
-        return text
-    try:
-        return parse(text)
-    except ValueError:
-        return Unknown(f"{path}: unexpected content {text[:60]!r}")
-
-
 def _maybe(fs: FsRoot, path: str, parse: Callable[[str], T]) -> T | None:
     value = read_value(fs, path, parse)
     return None if isinstance(value, Unknown) else value
-
-
-def _listdir(fs: FsRoot, path: str) -> list[str] | Unknown:
-    try:
-        return fs.listdir(path)
-    except OSError as exc:
-        return Unknown(_describe_os_error(path, exc))
-
-
-def _link_name(fs: FsRoot, path: str) -> str | None:
-    try:
-        return os.path.basename(fs.readlink(path).rstrip("/"))
-    except OSError:
-        return None
 
 
 def parse_bracketed(text: str) -> str:
@@ -173,7 +127,7 @@ def read_secure_boot(fs: FsRoot) -> str | Unknown:
             if not fs.is_dir(os.path.dirname(SECURE_BOOT_VAR)):
                 return Unknown("efivarfs is not mounted at /sys/firmware/efi/efivars")
             return "unsupported"  # UEFI firmware without the SecureBoot variable
-        return Unknown(_describe_os_error(SECURE_BOOT_VAR, exc))
+        return Unknown(describe_os_error(SECURE_BOOT_VAR, exc))
     # efivarfs: 4 bytes of attributes, then the variable's data (one byte).
     if len(data) < 5:
         return Unknown(f"{SECURE_BOOT_VAR}: {len(data)} bytes, expected 5")
@@ -248,7 +202,7 @@ def read_pci_function(fs: FsRoot, address: str) -> PciFunction | Unknown:
         vendor, device, class_code = (int(v) for v in values)  # type: ignore[arg-type]
         sub_vendor = _maybe(fs, f"{base}/subsystem_vendor", _int_or_none)
         sub_device = _maybe(fs, f"{base}/subsystem_device", _int_or_none)
-        driver = _link_name(fs, f"{base}/driver")
+        driver = link_name(fs, f"{base}/driver")
     parent: str | None = None
     with contextlib.suppress(OSError):  # no link: a root-bus device or a flat test tree
         up = os.path.basename(os.path.dirname(fs.readlink(base).rstrip("/")))
@@ -269,7 +223,7 @@ def read_pci_function(fs: FsRoot, address: str) -> PciFunction | Unknown:
 
 
 def read_pci(fs: FsRoot) -> tuple[PciFunction, ...] | Unknown:
-    names = _listdir(fs, PCI_DEVICES)
+    names = list_dir(fs, PCI_DEVICES)
     if isinstance(names, Unknown):
         return names
     functions: list[PciFunction] = []
@@ -293,14 +247,14 @@ def read_rdma_ports(fs: FsRoot, devices: tuple[Any, ...] | None = None) -> dict[
         from agent.sources.rdma import netdev_map
 
         ports.update(netdev_map(devices))
-    devices_found = _listdir(fs, IB_DIR)
+    devices_found = list_dir(fs, IB_DIR)
     if isinstance(devices_found, Unknown):
         return ports  # no RDMA stack loaded: nothing is RDMA capable
     for ibdev in devices_found:
         if not IFNAME_RE.match(ibdev):
             continue
         link_layer = _maybe(fs, f"{IB_DIR}/{ibdev}/ports/1/link_layer", str)
-        netdevs = _listdir(fs, f"{IB_DIR}/{ibdev}/device/net")
+        netdevs = list_dir(fs, f"{IB_DIR}/{ibdev}/device/net")
         if isinstance(netdevs, Unknown):
             continue
         for netdev in netdevs:
@@ -312,10 +266,10 @@ def read_interface(fs: FsRoot, name: str, rdma: dict[str, tuple[str, str | None]
     base = f"{NET_DIR}/{name}"
     pci_address: str | None = None
     driver: str | None = None
-    device = _link_name(fs, f"{base}/device")
+    device = link_name(fs, f"{base}/device")
     if device is not None:
         pci_address = device if PCI_ADDRESS_RE.match(device) else None
-        driver = _link_name(fs, f"{base}/device/driver")
+        driver = link_name(fs, f"{base}/device/driver")
     ibdev, link_layer = rdma.get(name, (None, None))
     return NetInterface(
         name=name,
@@ -326,7 +280,7 @@ def read_interface(fs: FsRoot, name: str, rdma: dict[str, tuple[str, str | None]
         arp_type=_maybe(fs, f"{base}/type", int),
         driver=driver,
         pci_address=pci_address,
-        bond_master=_link_name(fs, f"{base}/master"),
+        bond_master=link_name(fs, f"{base}/master"),
         is_bond=fs.is_dir(f"{base}/bonding"),
         rdma_device=ibdev,
         link_layer=link_layer,
@@ -338,7 +292,7 @@ def _speed(value: int | None) -> int | None:
 
 
 def read_interfaces(fs: FsRoot, rdma_devices: tuple[Any, ...] | None = None) -> tuple[NetInterface, ...] | Unknown:
-    names = _listdir(fs, NET_DIR)
+    names = list_dir(fs, NET_DIR)
     if isinstance(names, Unknown):
         return names
     rdma = read_rdma_ports(fs, rdma_devices)
@@ -390,7 +344,7 @@ def read_cpu(fs: FsRoot) -> CpuFacts:
 
 def read_idle_states(fs: FsRoot, online: tuple[int, ...]) -> tuple[IdleState, ...] | Unknown:
     first = f"{CPU_DIR}/cpu{online[0]}/cpuidle"
-    names = _listdir(fs, first)
+    names = list_dir(fs, first)
     if isinstance(names, Unknown):
         return Unknown(f"{first} is absent: no cpuidle driver")
     found: list[tuple[int, str, str, int]] = []
@@ -450,7 +404,7 @@ def read_dmi(fs: FsRoot) -> dict[str, str | Unknown]:
             # Firmware strings are free text: keep odd bytes visible, never fail.
             dmi[name] = fs.read_bytes(path).decode("utf-8", "backslashreplace").strip()
         except OSError as exc:
-            dmi[name] = Unknown(_describe_os_error(path, exc))
+            dmi[name] = Unknown(describe_os_error(path, exc))
     return dmi
 
 

@@ -87,13 +87,13 @@ def config_path(address: str) -> str:
 
 
 def read_acs(fs: FsRoot, address: str) -> AcsControl | Unknown | None:
-    from agent.sources.host import _describe_os_error
+    from agent.sources.fsroot import describe_os_error
 
     path = config_path(address)
     try:
         data = fs.read_bytes(path, CONFIG_SPACE_PCIE)
     except OSError as exc:
-        return Unknown(_describe_os_error(path, exc))
+        return Unknown(describe_os_error(path, exc))
     try:
         return parse_acs(data)
     except ConfigSpaceError as exc:
@@ -192,9 +192,9 @@ def iommu_mode(units: tuple[str, ...], params: Mapping[str, str | None], group_t
 
 
 def read_iommu(fs: FsRoot, cmdline: str | Unknown) -> IommuFacts | Unknown:
-    from agent.sources.host import _listdir, read_value
+    from agent.sources.fsroot import list_dir, read_value
 
-    names = _listdir(fs, IOMMU_CLASS)
+    names = list_dir(fs, IOMMU_CLASS)
     if isinstance(names, Unknown):
         if not names.reason.endswith("is absent"):
             return names
@@ -202,7 +202,7 @@ def read_iommu(fs: FsRoot, cmdline: str | Unknown) -> IommuFacts | Unknown:
     units = tuple(n for n in names if n not in (".", "..") and "/" not in n)
     group_type: str | None = None
     if units:
-        groups = _listdir(fs, IOMMU_GROUPS)
+        groups = list_dir(fs, IOMMU_GROUPS)
         if not isinstance(groups, Unknown):
             numbers = sorted(int(g) for g in groups if g.isdigit())
             if numbers:

@@ -48,15 +48,15 @@ def parse_counter(text: str) -> int | str:
 
 
 def _read(fs: FsRoot, path: str) -> str | Unknown:
-    from agent.sources.host import read_value
+    from agent.sources.fsroot import read_value
 
     return read_value(fs, path)
 
 
 def read_counters(fs: FsRoot, folder: str) -> dict[str, int | str] | Unknown:
-    from agent.sources.host import _listdir, read_value
+    from agent.sources.fsroot import list_dir, read_value
 
-    names = _listdir(fs, folder)
+    names = list_dir(fs, folder)
     if isinstance(names, Unknown):
         return names
     counters: dict[str, int | str] = {}
@@ -108,14 +108,14 @@ def read_port(fs: FsRoot, device: str, port: int, device_netdevs: list[str], cou
 
 
 def read_rdma_device(fs: FsRoot, name: str, counters: bool = True) -> RdmaDevice:
-    from agent.sources.host import _link_name, _listdir
+    from agent.sources.fsroot import link_name, list_dir
 
     base = f"{IB_DIR}/{name}"
-    pci = _link_name(fs, f"{base}/device")
-    physfn = _link_name(fs, f"{base}/device/physfn")  # present on an SR-IOV VF whose PF is on this host
-    netdevs = _listdir(fs, f"{base}/device/net")
+    pci = link_name(fs, f"{base}/device")
+    physfn = link_name(fs, f"{base}/device/physfn")  # present on an SR-IOV VF whose PF is on this host
+    netdevs = list_dir(fs, f"{base}/device/net")
     device_netdevs = [] if isinstance(netdevs, Unknown) else [n for n in netdevs if IBDEV_RE.match(n)]
-    port_names = _listdir(fs, f"{base}/ports")
+    port_names = list_dir(fs, f"{base}/ports")
     ports: tuple[RdmaPort, ...] | Unknown
     if isinstance(port_names, Unknown):
         ports = port_names
@@ -131,9 +131,9 @@ def read_rdma_device(fs: FsRoot, name: str, counters: bool = True) -> RdmaDevice
 
 def read_rdma_devices(fs: FsRoot, counters: bool = True) -> tuple[RdmaDevice, ...] | Unknown:
     """Every RDMA device; () when /sys/class/infiniband is absent (no RDMA stack loaded)."""
-    from agent.sources.host import _listdir
+    from agent.sources.fsroot import list_dir
 
-    names = _listdir(fs, IB_DIR)
+    names = list_dir(fs, IB_DIR)
     if isinstance(names, Unknown):
         return () if names.reason.endswith("is absent") else names
     return tuple(read_rdma_device(fs, n, counters) for n in names if IBDEV_RE.match(n) and n not in (".", ".."))

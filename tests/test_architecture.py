@@ -1,0 +1,127 @@
+"""The import graph (issue 16, 1): no circles among agent/, checks/ and remediations/, and no module
+imports another module's `_private` name. Read from the source with `ast` (function-level imports
+count: they are still dependencies; imports under `if TYPE_CHECKING:` do not, they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGES = ("agent", "checks", "remediations")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            if "_data" in path.parts:
+                continue
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node except those under `if TYPE_CHECKING:`."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def graph() -> tuple[dict[str, set[str]], list[str]]:
+    mods = modules()
+    edges: dict[str, set[str]] = defaultdict(set)
+    private: list[str] = []
+    for name, path in mods.items():
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+                    node.module.split(".")[0] in PACKAGES):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if full in mods:
+                        edges[name].add(full)
+                        continue
+                    edges[name].add(node.module)
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        private.append(f"{name}: from {node.module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in mods:
+                        edges[name].add(alias.name)
+    for name in list(edges):
+        edges[name].discard(name)
+    return edges, private
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circles() -> None:
+    edges, _ = graph()
+    assert cycles(edges) == []
+
+
+def test_no_private_names_imported_across_modules() -> None:
+    _, private = graph()
+    assert private == []
+
+
+def test_the_detector_finds_a_circle_and_a_private_import() -> None:
+    # The two tests above must be able to fail: a planted circle and reach-in are found.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    tree = ast.parse("from agent.engine import _hidden\nif TYPE_CHECKING:\n    from agent.cli import x\n")
+    names = [n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, ast.ImportFrom)]
+    assert names == ["_hidden"]
