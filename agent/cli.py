@@ -27,6 +27,7 @@ from agent.cli_support import (
     complete_checks,
     complete_profiles,
     error,
+    say,
     use_color,
     wants_json,
     warn,
@@ -69,12 +70,12 @@ class NodewardenGroup(click.Group):
             error(str(exc), **getattr(exc, "fields", {}), **_traceback(ctx))
             ctx.exit(exc.exit_code)
         except Exception as exc:  # noqa: BLE001 - the last resort: exit 3, never a bare traceback
-            error(f"internal error: {type(exc).__name__}: {exc}" + ("" if _verbose(ctx) else
-                  " (run with -vv for the traceback)"), **_traceback(ctx))
+            say("internal error", f"{type(exc).__name__}: {exc}" + ("" if _verbose(ctx) else
+                " (run with -vv for the traceback)"), **_traceback(ctx))
             ctx.exit(EXIT_CANNOT_RUN)
 
 
-def _traceback(ctx: click.Context) -> dict[str, str]:
+def _traceback(ctx: click.Context) -> dict[str, Any]:
     """-vv: the traceback, printed (text) or as the JSON line's `exc` field."""
     if not _verbose(ctx):
         return {}
@@ -264,23 +265,32 @@ def snapshot() -> None:
 
 @snapshot.command("capture")
 @source_options
-@click.option("--out", required=True, type=click.Path(path_type=Path), metavar="DIR",
-              help="New directory to write (must not exist or be empty).")
+@click.option("--out", required=True, type=click.Path(path_type=Path), metavar="DIR|FILE.tar.gz",
+              help="New directory to write (must not exist or be empty), or one new .tar.gz archive.")
+@click.option("--redact", metavar="KINDS", default=None,
+              help="With --out FILE.tar.gz: replace serials,uuids,hostnames,macs,ips by consistent tokens.")
 def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: Path | None,
-                     out: Path, **bmc: Any) -> None:
-    """Capture this node (or copy a simulated/recorded one) into DIR."""
+                     out: Path, redact: str | None, **bmc: Any) -> None:
+    """Capture this node (or copy a simulated/recorded one) into DIR or FILE.tar.gz."""
     from agent.engine import AuditRequest, open_node
+    from agent.importers.archive import capture_archive, is_archive, parse_redact
     from agent.profiles import ProfileStore
     from agent.snapshot import capture_live, copy_snapshot
 
+    kinds = parse_redact(redact)
+    if kinds and not is_archive(out):
+        raise click.UsageError("--redact needs --out FILE.tar.gz (a redacted archive to send)")
     config = _config(config_path)
     node = open_node(AuditRequest(config=config, simulate=simulate, snapshot=snapshot))
-    if node.snapshot is not None:
-        captured = copy_snapshot(node.snapshot, out)
-    else:
+
+    def capture(target: Path) -> list[str]:
+        if node.snapshot is not None:
+            return copy_snapshot(node.snapshot, target)
         store = ProfileStore(config.profile_dirs, config.overrides_file)
         keys = sorted({k for name in store.names() for k in store.profile(name).sysctl_keys})
-        captured = capture_live(out, keys, bmc=_bmc_options(config, bmc))
+        return capture_live(target, keys, bmc=_bmc_options(config, bmc))
+
+    captured = capture_archive(out, capture, kinds) if is_archive(out) else capture(out)
     click.echo(f"captured {', '.join(captured)} into {out}")
 
 

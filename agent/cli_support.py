@@ -13,17 +13,17 @@
 from __future__ import annotations
 
 import fnmatch
-import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from click.shell_completion import CompletionItem
 
 from agent.errors import ConfigError
-from agent.sanitise import clean
+
+if TYPE_CHECKING:  # `nodewarden --version` loads neither logging nor completion
+    from click.shell_completion import CompletionItem
 
 COLOR_CHOICES = ("auto", "always", "never")
 GLOBAL_MARK = "nodewarden_global"  # attribute set on the per-command copies of the global options
@@ -139,6 +139,8 @@ def argv_wants_json(argv: Sequence[str]) -> bool:
 
 
 def json_line(level: str, message: str, **fields: Any) -> str:
+    import logging
+
     from agent.log import JsonFormatter, redact
 
     record = logging.LogRecord("nodewarden", getattr(logging, level.upper(), logging.ERROR), __file__, 0,
@@ -150,9 +152,14 @@ def json_line(level: str, message: str, **fields: Any) -> str:
 def say(level: str, message: str, *, as_json: bool | None = None, **fields: Any) -> None:
     """`nodewarden: LEVEL: message` on stderr, or one JSON line under --log-format json."""
     if as_json if as_json is not None else wants_json():
-        click.echo(json_line(level, message, **fields), err=True)
+        import logging
+
+        known = isinstance(logging.getLevelName(level.upper()), int)  # "internal error" is no log level
+        click.echo(json_line(level if known else "error", message if known else f"{level}: {message}", **fields),
+                   err=True)
     else:
         from agent.log import redact
+        from agent.sanitise import clean
 
         click.echo(f"nodewarden: {level}: {clean(redact(message), newlines=True)}", err=True)
 
@@ -209,6 +216,8 @@ def check_selection(only: Sequence[str], skip: Sequence[str]) -> None:
 
 
 def complete_simulated(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
     from agent.snapshot import list_simulated
 
     try:
@@ -219,6 +228,8 @@ def complete_simulated(_ctx: click.Context, _param: click.Parameter, incomplete:
 
 
 def complete_checks(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
     from checks import all_checks
 
     ids = [c.id for c in all_checks()]
@@ -227,6 +238,8 @@ def complete_checks(_ctx: click.Context, _param: click.Parameter, incomplete: st
 
 
 def complete_profiles(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
     try:
         from agent.profiles import ProfileStore
 

@@ -185,7 +185,11 @@ def open_node(request: AuditRequest) -> NodeSource:
         snap = open_snapshot(simulated_path(request.simulate))
         return NodeSource("simulated", snap.fs() if snap.has("host") else None, snap)
     if request.snapshot:
-        snap = open_snapshot(request.snapshot)
+        path = request.snapshot
+        if path.is_file():  # node.tar.gz from `snapshot capture --out FILE.tar.gz`
+            from agent.importers.archive import extract_archive
+            path = extract_archive(path)
+        snap = open_snapshot(path)
         return NodeSource("snapshot", snap.fs() if snap.has("host") else None, snap)
     return NodeSource("live", LiveFs("/"))
 
@@ -313,9 +317,54 @@ def node_info(host: HostFacts, node: NodeSource) -> dict[str, Any]:
         "mode": node.mode,
     }
     if node.snapshot is not None:
-        info["snapshot"] = {"path": str(node.snapshot.path),
-                            "captured_at": node.snapshot.meta.get("captured_at")}
+        info["snapshot"] = snapshot_info(node.snapshot)
     return info
+
+
+_INPUT_SOURCES = {"nvidia-smi": ("nvml",), "kernel-log": ("kmsg",), "lspci": ("host",), "dmidecode": ("host",),
+                  "ibstat": ("host",), "ipmitool": ("ipmi",), "redfish": ("redfish",),
+                  "nvidia-bug-report": ("host", "kmsg", "nvml")}
+
+
+def snapshot_info(snap: Snapshot) -> dict[str, Any]:
+    """The report's node.snapshot: where, when, and for an imported one the inputs it was made from."""
+    info: dict[str, Any] = {"path": str(snap.path), "captured_at": snap.meta.get("captured_at")}
+    raw = snap.meta.get("inputs")
+    if isinstance(raw, list):  # meta.yaml is untrusted: only its plain fields, bounded
+        def text(value: object) -> str | None:
+            return value[:300] if isinstance(value, str) else None
+
+        inputs = []
+        for entry in raw[:1000]:
+            if not isinstance(entry, dict):
+                continue
+            contributed = [str(c)[:300] for c in entry.get("contributed") or [] if isinstance(c, str)]
+            skipped = [str(c)[:300] for c in entry.get("skipped") or [] if isinstance(c, str)]
+            item: dict[str, Any] = {"name": text(entry.get("name")), "kind": text(entry.get("kind")),
+                                    "sha256": text(entry.get("sha256")), "contributed": contributed[:20],
+                                    "skipped": len(skipped)}
+            if skipped:
+                item["skipped_first"] = skipped[:5]
+            if text(entry.get("error")):
+                item["error"] = text(entry.get("error"))
+            inputs.append(item)
+        info["inputs"] = inputs
+    return info
+
+
+def snapshot_feeds(snap: Snapshot) -> dict[str, list[str]]:
+    """Source -> the imported inputs that fed it (meta.yaml `fed_by`, else by each input's kind)."""
+    fed = snap.meta.get("fed_by")
+    if isinstance(fed, dict):
+        return {str(k): [str(n)[:300] for n in v if isinstance(n, str)][:100] for k, v in fed.items()
+                if isinstance(v, list)}
+    out: dict[str, list[str]] = {}
+    raw = snap.meta.get("inputs")
+    for entry in raw if isinstance(raw, list) else []:
+        if isinstance(entry, dict) and entry.get("contributed") and isinstance(entry.get("name"), str):
+            for source in _INPUT_SOURCES.get(str(entry.get("kind")), ()):
+                out.setdefault(source, []).append(entry["name"][:300])
+    return out
 
 
 def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Report:
@@ -386,8 +435,13 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     from agent.sources.baseline import load_node_baseline
 
     baseline = load_node_baseline(node, config)
-    return evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0,
-                    baseline=baseline)
+    report = evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0,
+                      baseline=baseline)
+    if node.snapshot is not None and "inputs" in node.snapshot.meta:  # an import: each source names its inputs
+        for source, names in snapshot_feeds(node.snapshot).items():
+            if source in report.sources and names:
+                report.sources[source].detail["inputs"] = names
+    return report
 
 
 def _bind(request: AuditRequest, store: ProfileStore, host: HostFacts, nvml: NvmlFacts | Unknown,
@@ -428,7 +482,7 @@ def _bmc_node_info(bmc: BmcFacts, node: NodeSource, identity: Identity) -> dict[
     if node.snapshot is None:
         info["audited_from"] = os.uname().nodename
     else:
-        info["snapshot"] = {"path": str(node.snapshot.path), "captured_at": node.snapshot.meta.get("captured_at")}
+        info["snapshot"] = snapshot_info(node.snapshot)
     return info
 
 

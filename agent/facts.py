@@ -231,6 +231,7 @@ class HostFacts:
     rdma: Maybe[tuple[RdmaDevice, ...]] = NOT_READ  # /sys/class/infiniband; () without an RDMA stack
     pcie_acs: Maybe[dict[str, Maybe[AcsControl | None]]] = NOT_READ  # bridge -> ACS (None: no capability)
     iommu: Maybe[IommuFacts] = NOT_READ
+    swap_total_kb: Maybe[int] = NOT_READ  # KiB of active swap areas, /proc/swaps (0: swap off)
 
     @property
     def kernel_params(self) -> Maybe[dict[str, str | None]]:

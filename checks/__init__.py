@@ -33,6 +33,11 @@ class Check:
     remediation: str | None = None
     action: str | None = None  # default recommended operator action on failure
     reads: tuple[str, ...] = ()  # sources it needs read besides its own (e.g. "nvml", "bmc")
+    # What the check reads from the profile: its JSON-Schema fragment, placed under
+    # `expect.<expect_path>` in the generated profiles/schema.json (agent.schema_gen).
+    expect_path: tuple[str, ...] = ()
+    schema: Mapping[str, Any] | None = field(default=None, repr=False)
+    evidence: str = ""  # what counts as evidence, one line for the README's check reference
     evaluate: Evaluator | None = field(default=None, repr=False)
 
     @property
@@ -122,6 +127,21 @@ class Check:
                             expectation.severity if expectation else Severity.WARNING, message,
                             expected=expectation.expected if expectation else None,
                             reason=expectation.reason if expectation else None)
+
+
+def expectation_schema(description: str | None = None) -> dict[str, Any]:
+    """The schema fragment of one plain expectation (comparators, severity, reason; null drops it)."""
+    fragment: dict[str, Any] = {"$ref": "#/$defs/expectation_or_drop"}
+    if description is not None:
+        fragment["description"] = description
+    return fragment
+
+
+def keyed_schema(description: str, key_pattern: str) -> dict[str, Any]:
+    """The fragment of a section whose keys are names (sysctl keys, modules) -> expectation."""
+    return {"type": ["object", "null"], "description": description,
+            "propertyNames": {"pattern": key_pattern},
+            "additionalProperties": {"$ref": "#/$defs/expectation_or_drop"}}
 
 
 @functools.cache

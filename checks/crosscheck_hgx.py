@@ -89,27 +89,28 @@ def _judge(host: BmcGpu, board: BmcGpu, how: str, expectation: Expectation) -> F
     seen = {name: verdict(gpu) for name, gpu in views.items()}
     text = "; ".join(f"{name} says {_describe(gpu)} ({gpu.where})" for name, gpu in views.items())
     paired = "" if how != "position" else " (paired by position: neither view gives a usable serial or UUID)"
-    common = {"observed": observed, "expected": "both views agree", "reason": expectation.reason}
+
+    def emit(status: Status, severity: Severity, message: str, action: str | None = None) -> Finding:
+        return HGX_HEALTH.finding(subject, status, severity, message, observed=observed, expected="both views agree",
+                                  reason=expectation.reason, action=action)
+
     if None in seen.values():
         blind = next(name for name, v in seen.items() if v is None)
-        return HGX_HEALTH.finding(subject, Status.SKIP, Severity.INFO,
-                                  f"GPU {subject}{where}: not compared, {blind} reports no health for it: "
-                                  f"{text}{paired}", **common)
+        return emit(Status.SKIP, Severity.INFO,
+                    f"GPU {subject}{where}: not compared, {blind} reports no health for it: {text}{paired}")
     if len(set(seen.values())) == 1:
         agree = "OK" if "ok" in seen.values() else "not OK (bmc.health_rollup names the fault)"
-        return HGX_HEALTH.finding(subject, Status.PASS, Severity.INFO,
-                                  f"GPU {subject}{where}: both views agree, {agree}{paired}", **common)
+        return emit(Status.PASS, Severity.INFO, f"GPU {subject}{where}: both views agree, {agree}{paired}")
     bad_name, bad = next((name, gpu) for name, gpu in views.items() if seen[name] == "bad")
     ok_name = next(name for name in views if name != bad_name)
-    message = (f"GPU {subject}{where}: {bad_name} reports {_describe(bad)} while {ok_name} says OK: {text}{paired}")
+    message = f"GPU {subject}{where}: {bad_name} reports {_describe(bad)} while {ok_name} says OK: {text}{paired}"
     if bad.health == "Critical":
-        return HGX_HEALTH.finding(subject, Status.FAIL, Severity.CRITICAL,
-                                  message + "; keep jobs off this GPU until the fault is understood",
-                                  action="drain", **common)
+        return emit(Status.FAIL, Severity.CRITICAL, message + "; keep jobs off this GPU until the fault is understood",
+                    action="drain")
     if bad.health != "Warning":  # InTest, health OK or not given: a test is running in one view
-        return HGX_HEALTH.finding(subject, Status.WARN, expectation.severity,
-                                  message + "; wait for the in-system test to end, then compare again", **common)
-    return HGX_HEALTH.finding(subject, expectation.status_on_mismatch(), expectation.severity, message, **common)
+        return emit(Status.WARN, expectation.severity,
+                    message + "; wait for the in-system test to end, then compare again")
+    return emit(expectation.status_on_mismatch(), expectation.severity, message)
 
 
 @HGX_HEALTH.evaluator
@@ -125,18 +126,23 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     host = [g for g in views if not g.baseboard]
     if not board or not host:
         only = "the HGX baseboard" if board else "the host system"
-        return [HGX_HEALTH.finding("node", Status.SKIP, Severity.INFO,
-                                   f"only {only} lists GPU processors ({len(board or host)}): no second view "
-                                   "to compare with", expected="both views agree")]
-    pairs, host_left, board_left = pair_views(host, board)
-    findings = [_judge(h, b, how, expectation) for h, b, how in pairs]
-    if host_left or board_left:
-        findings.append(HGX_HEALTH.finding(
-            "node", Status.SKIP, Severity.INFO,
-            f"{host_left} host-system and {board_left} baseboard GPU(s) could not be paired (no shared serial or "
-            f"UUID, and not as many on each side): not compared", observed={"host": len(host), "baseboard": len(board)},
-            expected="both views agree"))
-    return sorted(findings, key=lambda f: _natural(f.subject))
+        findings = [HGX_HEALTH.finding("node", Status.SKIP, Severity.INFO,
+                                       f"only {only} lists GPU processors ({len(board or host)}): no second view "
+                                       "to compare with", expected="both views agree")]
+    else:
+        pairs, host_left, board_left = pair_views(host, board)
+        findings = sorted((_judge(h, b, how, expectation) for h, b, how in pairs), key=lambda f: _natural(f.subject))
+        if host_left or board_left:
+            findings.append(HGX_HEALTH.finding(
+                "node", Status.SKIP, Severity.INFO,
+                f"{host_left} host-system and {board_left} baseboard GPU(s) could not be paired (no shared serial "
+                "or UUID, and not as many on each side): not compared",
+                observed={"host": len(host), "baseboard": len(board)}, expected="both views agree"))
+    for finding in findings:
+        finding.source = bmc.protocol  # the report names the protocol the BMC answered on
+    for finding in findings:
+        finding.source = "redfish"  # both views are the BMC's Redfish (the report's source contract)
+    return findings
 
 
 def _natural(subject: str) -> tuple[int, str]:

@@ -5,10 +5,15 @@ from __future__ import annotations
 from agent.facts import NodeFacts
 from agent.model import Finding, Status, Unknown
 from agent.profiles import Profile
-from checks import Check
+from checks import Check, expectation_schema
 
-GOVERNOR = Check("host.cpu.governor", "CPU frequency governor", source="host", remediation="cpu_governor")
-CSTATES = Check("host.cpu.cstates", "CPU idle states", source="host")
+GOVERNOR = Check("host.cpu.governor", "CPU frequency governor", source="host", remediation="cpu_governor",
+                 expect_path=("cpu", "governor"), schema=expectation_schema(),
+                 evidence="every online CPU's cpufreq scaling_governor; a mix names the CPUs")
+CSTATES = Check("host.cpu.cstates", "CPU idle states", source="host", expect_path=("cpu", "cstates"),
+                schema=expectation_schema("Compared with the exit latency (us) of the deepest idle state "
+                                          "enabled on any online CPU."),
+                evidence="exit latency (us) of the deepest cpuidle state enabled on any online CPU")
 
 
 def cpu_ranges(cpus: tuple[int, ...]) -> str:

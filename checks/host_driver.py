@@ -5,9 +5,13 @@ from __future__ import annotations
 from agent.facts import NodeFacts
 from agent.model import Finding
 from agent.profiles import Profile
-from checks import Check
+from checks import Check, expectation_schema
 
-DRIVER = Check("host.driver.version", "NVIDIA driver version", source="host", action="upgrade_driver")
+DRIVER = Check("host.driver.version", "NVIDIA driver version", source="host", action="upgrade_driver",
+               expect_path=("driver", "version"),
+               schema=expectation_schema("NVIDIA kernel module version from /proc/driver/nvidia/version; "
+                                         "version_min plus an optional one_of pin."),
+               evidence="the loaded NVIDIA kernel module, /proc/driver/nvidia/version")
 
 
 @DRIVER.evaluator

@@ -10,9 +10,12 @@ from agent.facts import NodeFacts
 from agent.matching import board_fit
 from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
-from checks import Check
+from checks import Check, expectation_schema
 
-PCI_COUNT = Check("host.gpu.pci_count", "GPUs on PCI", source="host", action="contact_support")
+PCI_COUNT = Check("host.gpu.pci_count", "GPUs on PCI", source="host", action="contact_support",
+                  expect_path=("gpu_pci", "count"),
+                  schema=expectation_schema("NVIDIA display/3D functions on PCI, independent of the driver."),
+                  evidence="NVIDIA display/3D functions in /sys/bus/pci, independent of NVML")
 
 
 @PCI_COUNT.evaluator

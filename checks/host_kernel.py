@@ -5,9 +5,13 @@ from __future__ import annotations
 from agent.facts import NodeFacts
 from agent.model import Finding, Unknown
 from agent.profiles import Profile
-from checks import Check
+from checks import Check, keyed_schema
 
-CMDLINE = Check("host.kernel.cmdline", "Kernel command line", source="host", action="reboot")
+CMDLINE = Check("host.kernel.cmdline", "Kernel command line", source="host", action="reboot",
+                expect_path=("kernel_cmdline",),
+                schema=keyed_schema("Kernel parameter -> expectation on its value ('present' for a bare flag).",
+                                    r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"),
+                evidence="/proc/cmdline values (present for a bare flag, absent when missing)")
 
 
 @CMDLINE.evaluator

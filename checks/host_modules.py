@@ -5,9 +5,11 @@ from __future__ import annotations
 from agent.facts import NodeFacts
 from agent.model import Finding, Unknown
 from agent.profiles import Profile
-from checks import Check
+from checks import Check, keyed_schema
 
-MODULES = Check("host.modules", "Kernel modules", source="host", action="load_module")
+MODULES = Check("host.modules", "Kernel modules", source="host", action="load_module", expect_path=("modules",),
+                schema=keyed_schema("Kernel module -> expectation on 'loaded' | 'absent'.", r"^[a-z0-9_]+$"),
+                evidence="loaded or absent in /proc/modules")
 
 
 @MODULES.evaluator

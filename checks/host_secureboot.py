@@ -5,9 +5,11 @@ from __future__ import annotations
 from agent.facts import NodeFacts
 from agent.model import Finding
 from agent.profiles import Profile
-from checks import Check
+from checks import Check, expectation_schema
 
-SECUREBOOT = Check("host.secureboot", "UEFI Secure Boot", source="host")
+SECUREBOOT = Check("host.secureboot", "UEFI Secure Boot", source="host", expect_path=("secure_boot",),
+                   schema=expectation_schema("enabled | disabled | unsupported"),
+                   evidence="the SecureBoot variable in efivarfs (unsupported: legacy boot)")
 
 
 @SECUREBOOT.evaluator

@@ -5,9 +5,12 @@ from __future__ import annotations
 from agent.facts import NodeFacts
 from agent.model import Finding, Unknown
 from agent.profiles import Profile
-from checks import Check
+from checks import Check, keyed_schema
 
-SYSCTL = Check("host.sysctl", "Kernel sysctl values", source="host", remediation="sysctl")
+SYSCTL = Check("host.sysctl", "Kernel sysctl values", source="host", remediation="sysctl",
+               expect_path=("sysctl",), evidence="/proc/sys values against expect.sysctl, one finding per key",
+               schema=keyed_schema("Sysctl key (dotted, as sysctl(8) prints it) -> expectation. "
+                                   "THP is NOT a sysctl: use thp.", r"^[a-z0-9_]+(\.[A-Za-z0-9_:@/-]+)+$"))
 
 
 @SYSCTL.evaluator

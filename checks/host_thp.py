@@ -5,10 +5,14 @@ from __future__ import annotations
 from agent.facts import NodeFacts
 from agent.model import Finding
 from agent.profiles import Profile
-from checks import Check
+from checks import Check, expectation_schema
 
-THP_ENABLED = Check("host.thp.enabled", "Transparent hugepages mode", source="host", remediation="thp")
-THP_DEFRAG = Check("host.thp.defrag", "Transparent hugepages defrag", source="host", remediation="thp")
+THP_ENABLED = Check("host.thp.enabled", "Transparent hugepages mode", source="host", remediation="thp",
+                    expect_path=("thp", "enabled"), schema=expectation_schema(),
+                    evidence="the bracketed choice in /sys/kernel/mm/transparent_hugepage/enabled")
+THP_DEFRAG = Check("host.thp.defrag", "Transparent hugepages defrag", source="host", remediation="thp",
+                   expect_path=("thp", "defrag"), schema=expectation_schema(),
+                   evidence="the bracketed choice in /sys/kernel/mm/transparent_hugepage/defrag")
 
 
 @THP_ENABLED.evaluator

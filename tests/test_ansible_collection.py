@@ -163,13 +163,14 @@ def test_bad_input_and_a_held_lock_fail_with_msg(node: Path, tmp_path: Path) -> 
 
 
 def test_values_are_never_read_as_options(node: Path, tmp_path: Path) -> None:
-    """Each value is one `--option=value` word: a glob "--apply" in check mode is a glob, not --apply."""
+    """Each value is one `--option=value` word, unexpanded: a glob "--apply" in check mode is a glob, not --apply."""
     before = tree_bytes(node)
     site = module_playbook(tmp_path, "nodewarden.gpu.remediate", snapshot=str(node), state_dir=str(tmp_path / "st"),
-                           only=["--apply"], profile="--help")
+                           only=["--apply"], profile="--help$HOME")
     out = playbook(tmp_path, site, "--check")
     result = module_result(tmp_path)
-    assert out.rc != 0 and "--help" in result["msg"], result  # no such profile: bad input, not the help text
+    # bad input naming the profile as written: not the help text, and $HOME not expanded
+    assert out.rc != 0 and "invalid profile name '--help$HOME'" in result["msg"], result
     site = module_playbook(tmp_path, "nodewarden.gpu.remediate", snapshot=str(node), state_dir=str(tmp_path / "st"),
                            only=["--apply"])
     out = playbook(tmp_path, site, "--check")
@@ -270,7 +271,7 @@ def test_documentation_matches_the_argument_specs(tmp_path: Path) -> None:
         doc, spec = docs[f"nodewarden.gpu.{name}"], argument_spec(name)
         assert spec["supports_check_mode"] is True
         options, arguments = doc["doc"]["options"], spec["argument_spec"]
-        assert set(options) == set(arguments) and SHARED_OPTIONS <= set(options), name
+        assert set(options) == set(arguments) and set(options) >= SHARED_OPTIONS, name
         for option, arg in arguments.items():
             documented = options[option]
             assert documented["type"] == arg["type"], option

@@ -266,6 +266,13 @@ def test_expectation_is_well_formed(capture: str) -> None:
     if exp["status"] == "not-ingested":
         assert not {"audit", "findings", "skipped"} & set(exp), "a capture nodewarden cannot read has no findings"
         return
+    if "refused" in exp:
+        assert not {"audit", "findings", "skipped"} & set(exp), "a refused capture has no findings"
+        return
+    audit = exp["audit"]
+    assert set(audit) <= {"captured_at", "profile", "exit"} and audit["exit"] in (0, 1) and audit["profile"]
+    if kind in ("kernel-log", "redfish-tree", "fabric-manager-log"):  # events are judged as of the capture
+        dt.datetime.fromisoformat(audit["captured_at"])
     for entry in exp.get("findings") or []:
         assert set(entry) <= ENTRY_KEYS and {"check", "subject", "status", "severity", "reason"} <= set(entry), entry
         assert entry["status"] in CONCLUSIONS and entry["severity"] in ("info", "warning", "critical"), entry
@@ -297,3 +304,13 @@ def test_the_audit_concludes_what_the_sre_reads(capture: str, audited: Callable[
     if exp["healthy"]:
         critical = [f["message"] for f in outcome.findings if f["status"] == "fail" and f["severity"] == "critical"]
         assert critical == [], "a capture marked healthy has no critical fail"
+
+
+@pytest.mark.parametrize("capture", [c for c in sorted(captures()) if c.startswith("nvidia-smi/")
+                                     and captures()[c] not in INGESTED])
+def test_nvidia_smi_outputs_that_are_not_dumps_are_refused_by_name(capture: str, tmp_path: Path) -> None:
+    """Tables, `nvidia-smi nvlink` and `--query-gpu` output: one clear refusal, never a half-judged node."""
+    exp = expectation(capture)
+    code, out, err = _cli("snapshot", "import-nvidia-smi", str(FIXTURES / capture), "--out", str(tmp_path / "s"))
+    assert code == 2 and exp["refused"] in err and "Traceback" not in err + out
+    assert not (tmp_path / "s").exists()

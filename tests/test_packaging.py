@@ -30,6 +30,7 @@ def test_wheel_contains_code_profiles_and_simulated_nodes(wheel: Path) -> None:
                      "agent/_data/fixtures/nodes/hgx-h100-healthy/fs_links.json"):
         assert expected in names, expected
     assert not any(n.startswith(("tests/", "fixtures/tools")) for n in names)
+    assert "nodewarden-0.1.0.data/data/share/man/man1/nodewarden.1" in names  # `man nodewarden` from the venv
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "nodewarden = agent.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

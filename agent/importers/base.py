@@ -80,6 +80,7 @@ class Builder:
     ipmi: dict[str, Any] = field(default_factory=dict)  # ipmi.json parts: sensors, sel, power, ...
     ipmi_from: dict[str, str] = field(default_factory=dict)
     redfish: dict[str, bytes] = field(default_factory=dict)  # "redfish/v1/Systems/1/index.json" -> body
+    redfish_from: list[str] = field(default_factory=list)
     hostname: str | None = None
     captured_at: str | None = None
     current: str = ""  # the input being read, for ownership and messages
@@ -162,6 +163,8 @@ class Builder:
             result.skipped.append(f"{clean}: already given by an earlier input")
             return False
         self.redfish[key] = body
+        if self.current not in self.redfish_from:
+            self.redfish_from.append(self.current)
         return True
 
     def note_host(self, hostname: str | None = None, captured_at: str | None = None) -> None:
@@ -169,6 +172,14 @@ class Builder:
             self.hostname = hostname
         if captured_at and not self.captured_at:
             self.captured_at = captured_at
+
+    def fed_by(self) -> dict[str, list[str]]:
+        """Each recorded source -> the inputs that gave it something (meta.yaml `fed_by`, the report's detail)."""
+        fed: dict[str, list[str]] = {
+            "host": sorted(set(self.fs_owner.values())), "kmsg": list(self.kmsg_from),
+            "nvml": [self.nvml_from] if self.nvml_from else [], "ipmi": sorted(set(self.ipmi_from.values())),
+            "redfish": list(self.redfish_from)}
+        return {source: names for source, names in fed.items() if names}
 
     @property
     def captured(self) -> list[str]:

@@ -40,12 +40,14 @@ def importers() -> list[Importer]:
     """Every kind, most specific first (a bug report holds nvidia-smi, lspci and dmesg sections)."""
     from agent.importers.bug_report import BugReportImporter
     from agent.importers.dmidecode import DmidecodeImporter
+    from agent.importers.ibstat import IbstatImporter
+    from agent.importers.ipmitool import IpmitoolImporter
     from agent.importers.kernel_log import KernelLogImporter
     from agent.importers.lspci import LspciImporter
     from agent.importers.nvidia_smi_kind import NvidiaSmiImporter
 
     sections: list[Importer] = [NvidiaSmiImporter(), DmidecodeImporter(), LspciImporter(), KernelLogImporter()]
-    return [BugReportImporter(sections), *sections]
+    return [BugReportImporter(sections), *sections, IpmitoolImporter(), IbstatImporter()]
 
 
 def kind_names() -> list[str]:
@@ -124,7 +126,7 @@ def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = 
     return ImportSummary(builder.captured, entries)
 
 
-def _put(root: Path, rel: str, data: bytes) -> None:
+def put_file(root: Path, rel: str, data: bytes) -> None:
     """A new file inside our private 0700 folder (never through a link: O_EXCL | O_NOFOLLOW)."""
     target = root / rel
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -142,20 +144,20 @@ def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
     if builder.fs or builder.fs_dirs:
         (tmp / "fs").mkdir(mode=0o755)
         for rel, data in sorted(builder.fs.items()):
-            _put(tmp / "fs", rel, data)
+            put_file(tmp / "fs", rel, data)
         for rel in sorted(builder.fs_dirs):
             (tmp / "fs" / rel).mkdir(parents=True, exist_ok=True, mode=0o755)
         for link in builder.links:  # a recorded link's folder must exist for listings
             (tmp / "fs" / os.path.dirname(link)).mkdir(parents=True, exist_ok=True, mode=0o755)
-        _put(tmp, "fs_links.json", (json.dumps(builder.links, indent=1, sort_keys=True) + "\n").encode())
+        put_file(tmp, "fs_links.json", (json.dumps(builder.links, indent=1, sort_keys=True) + "\n").encode())
     if builder.kmsg:
-        _put(tmp, "kmsg.txt", ("\n".join(builder.kmsg) + "\n").encode("utf-8", "surrogateescape"))
+        put_file(tmp, "kmsg.txt", ("\n".join(builder.kmsg) + "\n").encode("utf-8", "surrogateescape"))
     if builder.nvml is not None:
-        _put(tmp, "nvml.json", (json.dumps(builder.nvml, indent=1, sort_keys=True) + "\n").encode())
+        put_file(tmp, "nvml.json", (json.dumps(builder.nvml, indent=1, sort_keys=True) + "\n").encode())
     if builder.ipmi:
-        _put(tmp, "ipmi.json", (json.dumps(_ipmi_document(builder.ipmi), indent=1, sort_keys=True) + "\n").encode())
+        put_file(tmp, "ipmi.json", (json.dumps(_ipmi_document(builder.ipmi), indent=1, sort_keys=True) + "\n").encode())
     for rel, body in sorted(builder.redfish.items()):
-        _put(tmp, rel, body)
+        put_file(tmp, rel, body)
     meta: dict[str, Any] = {
         "hostname": builder.hostname or "imported",
         "captured_at": builder.captured_at or dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
@@ -164,8 +166,9 @@ def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
         **({"host_parts": parts_of(builder.fs)} if builder.fs else {}),
         "source": f"snapshot import of {len([e for e in entries if ':' not in e.name])} input(s)",
         "inputs": [e.to_json() for e in entries],
+        "fed_by": builder.fed_by(),
     }
-    _put(tmp, "meta.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=False, width=200).encode())
+    put_file(tmp, "meta.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=False, width=200).encode())
 
 
 def _ipmi_document(parts: dict[str, Any]) -> dict[str, Any]:

@@ -77,7 +77,8 @@ def render_table(report: Report, *, verbose: bool = False, color: bool = False, 
                 lines.append(f"{indent}waived until {clean(str(finding.waiver.expires))}: "
                              f"{clean(finding.waiver.reason)}")
     summary = report.summary()
-    hidden = "" if verbose else f" ({summary['pass']} passes hidden; -v shows them)"
+    passes = f"{summary['pass']} pass" + ("" if summary["pass"] == 1 else "es")
+    hidden = "" if verbose else f" ({passes} hidden; -v shows them)"
     lines.append("")
     lines.append(
         f"{summary['fail']} fail, {summary['warn']} warn, {summary['unknown']} unknown, "

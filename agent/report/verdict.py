@@ -100,13 +100,13 @@ def render_verdict(findings: list[Finding], subjects: dict[int, str], *, width: 
     real = [a for a in verdict.asks if a.action != NOT_JUDGED]
     if not verdict.asks:
         return [f"{word}: nothing to do"]
-    head = (f"{word}: {len(real)} action(s) asked for, worst first" if real
+    head = (f"{word}: {len(real)} action{'' if len(real) == 1 else 's'} asked for, worst first" if real
             else f"{word}: nothing fails; what could not be judged")
     lines = [head]
-    column = max(len(a.action) for a in verdict.asks)
+    column = max(len(clean(a.action)) for a in verdict.asks)  # actions can come from a profile's Xid table
     for ask in verdict.asks:
         worst = ask.worst
-        head = f"  {ask.action:<{column}}  {worst.severity.value:<8} {_items(ask, subjects)}: "
+        head = f"  {clean(ask.action):<{column}}  {worst.severity.value:<8} {_items(ask, subjects)}: "
         message = clean(worst.message)
         room = max(width - len(head) - 1, 24)
         if not verbose and len(message) > room:

@@ -389,6 +389,29 @@ def read_modules(fs: FsRoot) -> dict[str, str] | Unknown:
     return modules
 
 
+def read_swap_total_kb(fs: FsRoot) -> int | Unknown:
+    """KiB of active swap: the Size column of /proc/swaps summed (its header alone: swap is off).
+
+    Read through `fs`, not psutil, so a snapshot records and replays it (docs/decisions.md).
+    """
+    text = read_value(fs, "/proc/swaps")
+    if isinstance(text, Unknown):
+        if text.reason.endswith("is absent"):
+            return Unsupported("/proc/swaps is absent: a kernel without swap support, or a snapshot "
+                               "that did not record it")
+        return text
+    lines = text.splitlines()
+    if not lines or lines[0].split()[:3] != ["Filename", "Type", "Size"]:
+        return Unknown("/proc/swaps has no 'Filename Type Size' header")
+    total = 0
+    for line in lines[1:]:
+        fields = line.split()
+        if len(fields) < 3 or not fields[-3].isdigit():  # a file name may hold spaces: count from the right
+            return Unknown(f"/proc/swaps: unreadable line {line[:60]!r}")
+        total += int(fields[-3])
+    return total
+
+
 def read_numa_nodes(fs: FsRoot) -> tuple[int, ...] | Unknown:
     value = read_value(fs, f"{NODE_DIR}/online", parse_cpu_list)
     if isinstance(value, Unknown) and value.reason.endswith("is absent"):
@@ -447,4 +470,5 @@ def read_host_facts(fs: FsRoot, sysctl_keys: Iterable[str] = ()) -> HostFacts:
         rdma=rdma,
         pcie_acs=read_acs_above(fs, pci, rdma),
         iommu=read_iommu(fs, cmdline),
+        swap_total_kb=read_swap_total_kb(fs),
     )

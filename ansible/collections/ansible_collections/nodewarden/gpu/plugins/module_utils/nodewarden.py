@@ -2,7 +2,7 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Shared code of the nodewarden.gpu modules: run the node's nodewarden CLI and shape its JSON for Ansible.
 
-The CLI is always run with an argument list (no shell), and every value is passed as one
+The CLI is always run with an argument list (no shell, no $VAR expansion), and every value is passed as one
 C(--option=value) word, so a value that starts with a dash can never be read as another option.
 Runs on the target's Python (3.8 or newer): no syntax newer than that outside annotations.
 """
@@ -80,7 +80,8 @@ def _tail(text: str, limit: int = 2000) -> str:
 
 def run_json(module: AnsibleModule, argv: list[str], **result: Any) -> tuple[int, dict[str, Any]]:
     """Run one CLI command (a list: no shell) and return its exit code and JSON; fail the task on exit 2/3."""
-    rc, out, err = module.run_command(argv)
+    # A list (no shell), and no $VAR/~ expansion either: every value reaches the CLI as written.
+    rc, out, err = module.run_command(argv, expand_user_and_vars=False)
     what = f"nodewarden {argv[1]}"
     if rc == EXIT_BAD_INPUT:
         module.fail_json(msg=f"{what}: bad input (exit 2): {_tail(err) or _tail(out)}", rc=rc, **result)

@@ -1,0 +1,238 @@
+"""Snapshots as one archive: `snapshot capture --out node.tar.gz [--redact ...]`, `audit --snapshot node.tar.gz`.
+
+Writing: the snapshot is captured into a private (0700) temporary folder beside
+the target, redacted there, packed into a temporary .tar.gz in that folder
+(created with O_EXCL, regular files and folders only, owner and group names
+dropped), then published by one rename (agent.fsutil.publish_dir: the target
+must not exist) and the temporary folder removed.
+
+`--redact serials,uuids,hostnames,macs,ips` replaces each value in every file of
+the snapshot with a token, the same value always with the same token (so
+cross-checks between sources still match): serials (any JSON key or sysfs file
+named *serial*), UUIDs (any 8-4-4-4-12 hex), hostnames (meta.yaml's and the
+recorded hostname files), MACs (6-octet colon form, and every
+sys/class/net/*/address), IPv4 addresses.
+
+Reading: the archive is read with the importer's rules (agent.importers.inputs:
+bounded, no links, no absolute names, no "..") and its files written into a
+private temporary folder that is removed when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent.errors import SnapshotError
+
+REDACT_KINDS = ("serials", "uuids", "hostnames", "macs", "ips")
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+_UUID_RE = re.compile(rb"(?<![0-9A-Fa-f])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+                      rb"(?![0-9A-Fa-f])")
+_MAC_RE = re.compile(rb"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:])")
+_IP_RE = re.compile(rb"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\d.])")
+_KEEP_IPS = {b"0.0.0.0", b"127.0.0.1", b"255.255.255.255"}
+_PLACEHOLDERS = {"", "0", "n/a", "na", "none", "null", "not specified", "to be filled by o.e.m.", "default string",
+                 "unknown", "[n/a]", "0123456789", "system serial number"}
+_HOST_FILES = ("fs/proc/sys/kernel/hostname", "fs/etc/hostname")
+
+
+def is_archive(path: Path) -> bool:
+    return path.name.endswith(ARCHIVE_SUFFIXES)
+
+
+def parse_redact(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in REDACT_KINDS]
+    if bad:
+        raise SnapshotError(f"--redact: unknown {bad[0]!r} (choose from {', '.join(REDACT_KINDS)})")
+    return kinds
+
+
+# --- redaction -------------------------------------------------------------------------------------
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _json_serials(value: Any, found: set[str]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str) and "serial" in str(key).lower():
+                found.add(item.strip())
+            else:
+                _json_serials(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _json_serials(item, found)
+
+
+def _values(root: Path, kinds: tuple[str, ...]) -> dict[str, set[bytes]]:
+    """kind -> the literal values to replace, found in the snapshot's files."""
+    serials: set[str] = set()
+    hosts: set[str] = set()
+    macs: set[bytes] = set()
+    for path in _files(root):
+        rel = path.relative_to(root).as_posix()
+        if "serial" in path.name.lower() and rel.startswith("fs/"):
+            serials.add(path.read_text("utf-8", "replace").strip())
+        if path.suffix == ".json":
+            with contextlib.suppress(ValueError):
+                _json_serials(json.loads(path.read_bytes()), serials)
+        if rel in _HOST_FILES:
+            hosts.add(path.read_text("utf-8", "replace").strip())
+        if re.fullmatch(r"fs/sys/class/net/[^/]+/address", rel):
+            macs.add(path.read_bytes().strip())
+    meta = root / "meta.yaml"
+    if meta.is_file():
+        import yaml
+
+        loaded = yaml.safe_load(meta.read_text("utf-8", "replace"))
+        if isinstance(loaded, dict) and isinstance(loaded.get("hostname"), str):
+            hosts.add(loaded["hostname"])
+    hosts |= {h.split(".")[0] for h in hosts}
+    out: dict[str, set[bytes]] = {}
+    if "serials" in kinds:
+        out["serial"] = {s.encode() for s in serials if s.lower() not in _PLACEHOLDERS and len(s) >= 4}
+    if "hostnames" in kinds:
+        out["host"] = {h.encode() for h in hosts if h.lower() not in _PLACEHOLDERS and len(h) >= 3}
+    if "macs" in kinds:
+        out["mac"] = {m for m in macs if m and set(m) - set(b"0:")}
+    return out
+
+
+class Redactor:
+    """One mapping for the whole snapshot: a value always becomes the same token."""
+
+    def __init__(self, kinds: tuple[str, ...]) -> None:
+        self.kinds = kinds
+        self.tokens: dict[bytes, bytes] = {}
+        self.literals: dict[str, set[bytes]] = {}
+
+    def token(self, kind: str, value: bytes) -> bytes:
+        key = value.lower() if kind in ("uuid", "mac") else value
+        if key not in self.tokens:
+            n = sum(1 for t in self.tokens.values() if t.startswith(_PREFIX[kind])) + 1
+            self.tokens[key] = _shape(kind, n)
+        return self.tokens[key]
+
+    def apply(self, data: bytes) -> bytes:
+        for kind in ("serial", "host", "mac"):  # longest first: a serial that holds a hostname stays whole
+            for value in sorted(self.literals.get(kind, ()), key=len, reverse=True):
+                if value in data:
+                    data = data.replace(value, self.token(kind, value))
+        if "uuids" in self.kinds:
+            data = _UUID_RE.sub(lambda m: self.token("uuid", m.group(0)), data)
+        if "macs" in self.kinds:
+            data = _MAC_RE.sub(lambda m: self.token("mac", m.group(0)), data)
+        if "ips" in self.kinds:
+            data = _IP_RE.sub(lambda m: m.group(0) if _not_an_ip(m.group(0)) else self.token("ip", m.group(0)), data)
+        return data
+
+
+_PREFIX = {"serial": b"REDACTED-SN-", "host": b"redacted-host-", "uuid": b"00000000-0000-4000-8000-",
+           "mac": b"02:00:00:", "ip": b"192.0."}
+
+
+def _not_an_ip(text: bytes) -> bool:
+    """Kept: the well-known addresses, and version strings ("7.00.00.00": an address has no leading zeros)."""
+    return text in _KEEP_IPS or any(len(p) > 1 and p.startswith(b"0") for p in text.split(b"."))
+
+
+def _shape(kind: str, n: int) -> bytes:
+    if kind == "uuid":
+        return _PREFIX[kind] + f"{n:012x}".encode()
+    if kind == "mac":
+        return _PREFIX[kind] + f"{n >> 16 & 0xFF:02x}:{n >> 8 & 0xFF:02x}:{n & 0xFF:02x}".encode()
+    if kind == "ip":
+        return _PREFIX[kind] + f"{2 + (n >> 8) % 254}.{n % 256}".encode()  # TEST-NET style, never routable here
+    return _PREFIX[kind] + f"{n:04d}".encode()
+
+
+def redact_tree(root: Path, kinds: tuple[str, ...]) -> Redactor:
+    """Rewrite every file under `root` (a private folder we just filled) with the values replaced."""
+    redactor = Redactor(kinds)
+    redactor.literals = _values(root, kinds)
+    for path in _files(root):
+        data = path.read_bytes()
+        new = redactor.apply(data)
+        if new != data:
+            path.write_bytes(new)  # our own 0700 temporary folder, never a link (rglob files, checked)
+    return redactor
+
+
+# --- writing and reading the archive --------------------------------------------------------------
+
+
+def capture_archive(out: Path, capture: Callable[[Path], list[str]], redact: tuple[str, ...] = ()) -> list[str]:
+    """Capture into a private folder beside `out`, redact, pack as .tar.gz and publish it at `out` (new)."""
+    from agent.fsutil import fsync_dir, publish_dir
+
+    if os.path.lexists(out):
+        raise SnapshotError("output exists; refusing to overwrite", path=str(out))
+    if not out.parent.is_dir():
+        raise SnapshotError(f"folder {out.parent} does not exist (nodewarden does not create it)", path=str(out))
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        top = out.name.removesuffix(".tgz").removesuffix(".tar.gz") or "snapshot"
+        snap = work / top
+        captured = capture(snap)
+        if redact:
+            redact_tree(snap, redact)
+        packed = work / "snapshot.tar.gz"
+        fd = os.open(packed, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            with tarfile.open(fileobj=handle, mode="w:gz") as archive:
+                archive.add(snap, arcname=top, recursive=True, filter=_clean)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if os.path.lexists(out):
+            raise SnapshotError("output appeared while capturing; refusing to overwrite", path=str(out))
+        publish_dir(packed, out)
+        fsync_dir(out.parent)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return captured
+
+
+def _clean(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    if not (info.isfile() or info.isdir()):
+        return None  # a snapshot holds links as fs_links.json, never as links
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def extract_archive(path: Path) -> Path:
+    """A snapshot archive's files in a private temporary folder (removed at exit); the snapshot folder in it."""
+    from agent.importers.bundle import put_file
+    from agent.importers.inputs import Reader
+
+    work = Path(tempfile.mkdtemp(prefix="nodewarden-snapshot-"))
+    atexit.register(shutil.rmtree, work, True)
+    prefix = f"{path}:"
+    for entry in Reader().read_paths([path]):
+        if entry.error and entry.name == str(path):
+            raise SnapshotError(f"not a snapshot archive: {entry.error}", path=str(path))
+        if entry.error:
+            raise SnapshotError(f"refused: {entry.name.removeprefix(prefix)}: {entry.error}", path=str(path))
+        if entry.data is None or not entry.name.startswith(prefix):
+            continue
+        put_file(work, entry.name[len(prefix):], entry.data)
+    candidates = [work] if (work / "meta.yaml").is_file() else [p for p in work.iterdir()
+                                                                 if (p / "meta.yaml").is_file()]
+    if len(candidates) != 1:
+        raise SnapshotError("not a snapshot archive: no single folder with meta.yaml in it", path=str(path))
+    return candidates[0]
