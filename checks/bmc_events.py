@@ -25,6 +25,15 @@ _SEVERITY = {"Critical": Severity.CRITICAL, "Warning": Severity.WARNING}
 OPERATOR_ACTIONS = re.compile(r"status changed to (Erasing|Sanitizing)|DrvArrPhysDrvErasing|\bsanitiz", re.IGNORECASE)
 
 
+def _message_key(message: str) -> str:
+    """A stable short key for an event without a MessageId: its text without numbers, hashed."""
+    import hashlib
+    import re
+
+    shape = re.sub(r"\d+", "#", message.strip().lower())
+    return "msg-" + hashlib.sha256(shape.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
 @EVENTS.evaluator
 def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     expectation = profile.expectation("bmc", "events")
@@ -65,7 +74,9 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         times = f" x{len(entries)}" if len(entries) > 1 else ""
         others = len({e.message for e in entries}) - 1
         quoted = repr(latest.message) + (f" (and {others} more like it on other parts)" if others else "")
-        subject = f"{log}:{latest.message_id or latest.entry_id}"
+        # Keyed by what happened, never by entry id: a repeat of the same event keeps its subject
+        # (one metrics series), whatever number the BMC gave the newest entry.
+        subject = f"{log}:{latest.message_id or _message_key(latest.message)}"
         subjects[subject] = subjects.get(subject, 0) + 1
         if subjects[subject] > 1:
             subject = f"{subject} #{subjects[subject]}"

@@ -207,3 +207,12 @@ def test_nvswitch_health_and_firmware(h100: Profile) -> None:
     assert result["NVSwitch_0"].status is Status.PASS
     mixed = by_subject(CONSISTENCY.run(facts, h100))["switch:NVSwitch 3"]
     assert mixed.status is Status.FAIL and "NVSwitch_0 96.10.55.00.01" in mixed.message
+
+
+def test_an_event_without_message_id_keeps_its_subject_when_it_repeats(h100: Profile) -> None:
+    # Subjects are metric series: a repeat of the same event must not make a new one per entry id.
+    first = (BmcLogEntry("Sel", "41", "Warning", "Voltage 3 out of range", "2026-11-19T22:00:00Z"),)
+    later = (*first, BmcLogEntry("Sel", "97", "Warning", "Voltage 3 out of range", "2026-11-19T23:30:00Z"))
+    before = set(by_subject(EVENTS.run(node(healthy_bmc(events=first)), h100)))
+    after = set(by_subject(EVENTS.run(node(healthy_bmc(events=later)), h100)))
+    assert before == after and len(after) == 1 and not any(s.endswith((":41", ":97")) for s in after)
