@@ -9,6 +9,7 @@ are hardware event logs is decided by the parser (agent.sources.redfish_logs).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from collections import defaultdict
 
@@ -27,9 +28,6 @@ OPERATOR_ACTIONS = re.compile(r"status changed to (Erasing|Sanitizing)|DrvArrPhy
 
 def _message_key(message: str) -> str:
     """A stable short key for an event without a MessageId: its text without numbers, hashed."""
-    import hashlib
-    import re
-
     shape = re.sub(r"\d+", "#", message.strip().lower())
     return "msg-" + hashlib.sha256(shape.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
