@@ -33,9 +33,10 @@ from agent.credentials import BmcOptions, read_password_file
 from agent.engine import AuditRequest, NodeSource, Report, choose_profile, evaluate, open_node, read_bmc
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
-from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings
+from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings, freshness_families
 from agent.model import SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import ProfileStore
+from agent.report.prom import render_families
 from agent.sources.baseline import load_node_baseline
 from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
 from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower, boot_start
@@ -177,6 +178,11 @@ def _pending(name: str) -> SourceStatus:
     return SourceStatus(name, ok=False, error=PENDING, detail={"pending": True})
 
 
+def _outcome(result: PollResult) -> list[tuple[str, bool, bool, str | None]]:
+    """How a poll went, without what varies between identical polls (durations, request counts)."""
+    return sorted((name, s.ok, s.configured, s.error) for name, s in result.statuses.items())
+
+
 def _failure(result: PollResult) -> list[tuple[str, bool, str | None]]:
     return sorted((name, status.ok, status.error) for name, status in result.statuses.items())
 
@@ -207,7 +213,9 @@ class Daemon:
         self.baseline = load_node_baseline(self.node, request.config)  # again on SIGHUP
         self.pollers = self._make_pollers()
         self.kmsg = self._make_follower()
-        self.server = MetricsServer(settings.server, lambda: self._body)
+        self._last_published: dict[str, float] = {}
+        self._confirmed_at = 0.0  # when the facts were last judged or last confirmed unchanged
+        self.server = MetricsServer(settings.server, lambda: self._body, self._freshness)
 
     # --- sources -------------------------------------------------------------------------------
 
@@ -293,6 +301,12 @@ class Daemon:
             for source, status in result.statuses.items():
                 if status.ok and status.configured:
                     self._last_success[source] = result.finished_at
+        if previous is not None and result.value is not None and result.value == previous.value and (
+                _outcome(previous) == _outcome(result)):
+            # The same facts again (a steady node): nothing to judge or re-render; the per-scrape
+            # timestamps say they were confirmed.
+            self._confirmed_at = max(self._confirmed_at, result.finished_at)
+            return
         # A source that keeps failing the same way brings no news: judging again would only cost
         # CPU that scrapes need (a hung BMC fails every poll).
         if result.value is None and previous is not None and previous.value is None and (
@@ -383,9 +397,18 @@ class Daemon:
         if self.kmsg is not None and "kmsg" in last:
             last["kmsg"] = self.kmsg.last_read_s
         self._report = report
-        plain = NodeMetrics(report, last, xids).render()
+        self._last_published = last
+        self._confirmed_at = time.time()
+        plain = NodeMetrics(report, None, xids, timing=False).render()
         if plain != self._body.plain:  # unchanged text: keep the exposition and its gzip form
             self._body = Exposition(plain)  # one assignment: old or new
+
+    def _freshness(self) -> bytes:
+        """Last-success and audit timestamps, rendered per scrape (they move while the facts do not)."""
+        with self._lock:
+            last = {source: (self._last_success.get(source, 0.0) if source != "kmsg" or self.kmsg is None
+                             else self.kmsg.last_read_s) for source in self._last_published}
+        return render_families(freshness_families(last, self._confirmed_at)) if self._report is not None else b""
 
     def log_changes(self, report: Report) -> None:
         # A finding that is unknown only because its source's first read is still running is not

@@ -69,16 +69,14 @@ class NodeMetrics:
     """Everything /metrics shows, as of one evaluation."""
 
     report: Report | None
-    last_success: dict[str, float] = field(default_factory=dict)  # source -> Unix time (0: never)
+    last_success: dict[str, float] | None = field(default_factory=dict)  # source -> Unix time (0: never)
     xid_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # (PCI address, xid) -> events
+    timing: bool = True  # False: the daemon serves the timestamps per scrape (`freshness_families`)
 
     def families(self) -> list[Metric]:
-        families: list[Metric] = report_families(self.report) if self.report is not None else []
-        last = GaugeMetricFamily("nodewarden_source_last_success_timestamp_seconds",
-                                 "Unix time of the source's last successful read (0: never)", labels=["source"])
-        for source, stamp in sorted(self.last_success.items()):
-            last.add_metric([source], stamp)
-        families.append(last)
+        families: list[Metric] = report_families(self.report, self.timing) if self.report is not None else []
+        if self.last_success is not None:
+            families.append(last_success_family(self.last_success))
         facts = self.report.facts if self.report is not None else None
         nvml = facts.nvml if facts is not None else None
         bmc = facts.bmc if facts is not None else None
@@ -95,6 +93,22 @@ class NodeMetrics:
 
     def render(self) -> bytes:
         return render_families(self.families())
+
+
+def last_success_family(last_success: dict[str, float]) -> Metric:
+    last = GaugeMetricFamily("nodewarden_source_last_success_timestamp_seconds",
+                             "Unix time of the source's last successful read (0: never)", labels=["source"])
+    for source, stamp in sorted(last_success.items()):
+        last.add_metric([source], stamp)
+    return last
+
+
+def freshness_families(last_success: dict[str, float], confirmed_at: float) -> list[Metric]:
+    """What changes with every poll even when the facts do not: served per scrape by the daemon."""
+    audited = GaugeMetricFamily("nodewarden_audit_timestamp_seconds",
+                                "When the checks last ran or their facts were last confirmed unchanged (Unix time)")
+    audited.add_metric([], confirmed_at)
+    return [last_success_family(last_success), audited]
 
 
 def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
@@ -292,11 +306,11 @@ class _ProcessMetrics:
         self._lock = threading.Lock()
         self._cached: tuple[float, Exposition | None, bytes, bytes] = (0.0, None, b"", b"")
 
-    def response(self, body: Exposition, compressed: bool) -> bytes:
+    def response(self, body: Exposition, compressed: bool, tail: Callable[[], bytes] = bytes) -> bytes:
         with self._lock:
             made, for_body, plain, packed = self._cached
             if for_body is not body or time.monotonic() - made >= 1.0:
-                process = generate_latest(self._registry)
+                process = tail() + generate_latest(self._registry)
                 plain, packed = body.plain + process, body.gzip_with(process)
                 self._cached = (time.monotonic(), body, plain, packed)
         return packed if compressed else plain
@@ -347,10 +361,12 @@ class _Server(ThreadingHTTPServer):
 class MetricsServer:
     """A threaded HTTP(S) server for /metrics; optional basic auth. Never blocks on the daemon."""
 
-    def __init__(self, settings: ServerSettings, body: Callable[[], Exposition]) -> None:
+    def __init__(self, settings: ServerSettings, body: Callable[[], Exposition],
+                 tail: Callable[[], bytes] = bytes) -> None:
         """`body()` returns the exposition made at the last evaluation."""
         self.settings = settings
         self._body = body
+        self._tail = tail  # rendered with the process metrics, at most once a second
         self._process = _ProcessMetrics()
         try:
             self._httpd = _Server((settings.host, settings.port), self._handler())
@@ -422,7 +438,7 @@ class MetricsServer:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     compressed = "gzip" in self.headers.get("Accept-Encoding", "")
-                    payload = server._process.response(server._body(), compressed)
+                    payload = server._process.response(server._body(), compressed, server._tail)
                     self._send(200, payload, CONTENT_TYPE_LATEST, {"Content-Encoding": "gzip"} if compressed else None)
                 elif path in ("/", "/-/healthy"):
                     self._send(200, b"nodewarden: metrics at /metrics\n", "text/plain; charset=utf-8")

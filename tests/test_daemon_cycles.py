@@ -154,3 +154,29 @@ def test_first_publish_does_not_wait_for_a_bmc_that_never_answers(tmp_path: Path
                                                                   for f in found)
         ready = [e for e in daemon.log_events() if e.get("event") == "ready"]
         assert ready and ready[0]["pending"] == ["bmc_inventory", "bmc_sensors"]
+
+
+FRESHNESS = ("nodewarden_source_last_success_timestamp_seconds", "nodewarden_audit_timestamp_seconds",
+             "process_", "python_")
+
+
+def body_without_freshness(body: str) -> str:
+    return "\n".join(line for line in body.splitlines()
+                     if not any(name in line for name in FRESHNESS))
+
+
+def test_unchanged_facts_are_not_rejudged_or_rerendered(tmp_path: Path) -> None:
+    # A recorded node gives the same facts every poll: the exposition stays byte-identical (nothing
+    # re-judged, re-rendered or re-gzipped) while the per-scrape timestamps say the facts are fresh.
+    fast = config(tmp_path, "daemon:\n  intervals: {host: 1, nvml: 1, bmc_sensors: 1, bmc_inventory: 1}\n")
+    with running_daemon(tmp_path, "--simulate", "hgx-h100-drifted", "--config", str(fast)) as daemon:
+        daemon.wait_for(lambda: daemon.value('nodewarden_source_pending{source="redfish"}') == 0, what="BMC read")
+        time.sleep(1.5)
+        first = daemon.scrape()[1]
+        time.sleep(3.5)  # three more polls of every source
+        later = daemon.scrape()[1]
+    assert body_without_freshness(first) == body_without_freshness(later)
+    stamp = 'nodewarden_source_last_success_timestamp_seconds{source="nvml"}'
+    assert (daemon.value(stamp, later) or 0) > (daemon.value(stamp, first) or 0)  # yet the polls happened
+    audited = "nodewarden_audit_timestamp_seconds"
+    assert (daemon.value(audited, later) or 0) > (daemon.value(audited, first) or 0)

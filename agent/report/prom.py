@@ -31,8 +31,12 @@ SEVERITIES = ("info", "warning", "critical")
 ALWAYS_COUNTED = ("warn", "fail", "unknown")  # nodewarden_findings: present (0) for every severity
 
 
-def report_families(report: Report) -> list[Metric]:
-    """Findings, sources, profile and version: what an audit knows."""
+def report_families(report: Report, timing: bool = True) -> list[Metric]:
+    """Findings, sources, profile and version: what an audit knows.
+
+    `timing` False leaves out `nodewarden_audit_timestamp_seconds`: the daemon serves it per scrape
+    (when the facts were last confirmed), so an exposition of unchanged facts stays byte-identical.
+    """
     status = GaugeMetricFamily(
         "nodewarden_check_status",
         "Status of a finding that is not pass or skip: 2 fixed, 3 warn, 4 unknown, 5 fail (0 pass and 1 skip "
@@ -89,8 +93,8 @@ def report_families(report: Report) -> list[Metric]:
     build.add_metric([__version__], 1)
     last.add_metric([], dt.datetime.fromisoformat(report.started_at).timestamp())
     duration.add_metric([], report.duration_s)
-    return [status, waived, checks, totals, source_up, source_pending, source_duration, profile, build, last,
-            duration]
+    return [status, waived, checks, totals, source_up, source_pending, source_duration, profile, build,
+            *([last] if timing else []), duration]
 
 
 class FixedCollector(Collector):
