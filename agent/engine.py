@@ -251,6 +251,12 @@ class Report:
         }
 
 
+def _skips_source(skip: Iterable[str], source: str) -> bool:
+    """Whether `--skip` removed every check whose own source is `source` (`--skip 'gpu.*'` for NVML)."""
+    own = [c for c in all_checks() if c.source == source]
+    return bool(own) and all(any(fnmatch.fnmatchcase(c.id, g) for g in skip) for c in own)
+
+
 def select_checks(checks: Iterable[Check], only: Iterable[str], skip: Iterable[str]) -> list[Check]:
     only, skip = list(only), list(skip)
     selected = []
@@ -395,7 +401,8 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     # NVML names the GPUs where PCI cannot; the BMC the node where there is no host or no GPU.
     match_on_nvml = isinstance(host.nvidia_gpus, Unknown) or identify(host).without_gpu
     nvml: NvmlFacts | Unknown
-    if match_on_nvml or any(c.source in NVML_SOURCES or "nvml" in c.reads for c in checks
+    if match_on_nvml or any(c.source in NVML_SOURCES or "nvml" in c.reads or (
+            "nvml" in c.optional_reads and not _skips_source(request.skip, "nvml")) for c in checks
                             if c.id not in ALWAYS_CHECKS):
         nvml, sources["nvml"] = node.read_nvml(request.nvml_timeout_s)
     else:

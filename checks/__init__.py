@@ -33,6 +33,9 @@ class Check:
     remediation: str | None = None
     action: str | None = None  # default recommended operator action on failure
     reads: tuple[str, ...] = ()  # sources it needs read besides its own (e.g. "nvml", "bmc")
+    # Sources it uses when another selected check has them read, but never reads for itself alone
+    # (baseline.drift's GPU half: `--skip 'gpu.*'` must not touch NVML).
+    optional_reads: tuple[str, ...] = ()
     # What the check reads from the profile: its JSON-Schema fragment, placed under
     # `expect.<expect_path>` in the generated profiles/schema.json (agent.schema_gen).
     expect_path: tuple[str, ...] = ()

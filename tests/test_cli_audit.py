@@ -466,3 +466,12 @@ def test_import_nvidia_smi_cli(run_cli: RunCli, tmp_path: Path) -> None:
     garbage.write_bytes(bytes(range(256)) * 8)
     nope = run_cli("snapshot", "import-nvidia-smi", str(garbage), "--out", str(tmp_path / "g"))
     assert nope.code == 2 and "Traceback" not in nope.stderr
+
+
+def test_skipping_gpu_checks_does_not_read_nvml(run_cli: RunCli) -> None:
+    # baseline.drift uses NVML only when another selected check has it read (issue 16).
+    result = run_cli("audit", "--simulate", "hgx-h100-healthy", "--skip", "gpu.*", "--format", "json")
+    report = result.json()
+    assert report["sources"]["nvml"]["configured"] is False
+    drift = [f for f in report["findings"] if f["check"] == "baseline.drift"]
+    assert drift and all(f["source"] != "nvml" for f in drift)  # its BMC half is still judged
