@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +127,6 @@ def test_simulated_nodes_record_swap_off() -> None:
         assert read_swap_total_kb(LiveFs(str(fs))) == 0, name
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/swaps"), reason="no /proc/swaps here")
 def test_live_swap_agrees_with_psutil() -> None:
     """psutil (its SwapTotal, /proc/meminfo) is the oracle on the live path; the source reads
     /proc/swaps through FsRoot so that snapshots replay it (docs/decisions.md)."""
