@@ -578,6 +578,9 @@ def _rollback(target: HostTarget, state: StateDir, run_id: str | None) -> Rollba
         if run.rolled_back() is not None:
             return RollbackResult(run.run_id, target.description, [], already=True)
         _check_restorable(run)
+        # First: a temporary file a kill left inside a folder the run created would keep that
+        # folder from being removed below (found by the seeded SIGKILL test).
+        _remove_leftover_temps(target, run)
         restored: list[str] = []
         for entry in reversed(run.before_states()):
             for item in reversed(entry["states"]):
@@ -588,7 +591,6 @@ def _rollback(target: HostTarget, state: StateDir, run_id: str | None) -> Rollba
                     raise RemediationError(f"cannot restore {item['path']}: {exc}; restored so far: "
                                            f"{', '.join(restored) or 'nothing'}; run rollback again") from None
                 restored.append(str(item["path"]))
-        _remove_leftover_temps(target, run)
         unrecorded = run.mark_rolled_back(len(restored))
     result = RollbackResult(run.run_id, target.description, restored)
     if unrecorded:

@@ -169,3 +169,18 @@ def test_a_short_journal_write_is_an_error_and_leaves_the_journal_as_it_was(
     monkeypatch.setattr(os, "write", real_write)
     assert run.entries_path.read_bytes() == before
     assert [e["action"] for e in run.entries()] == ["a"]
+
+
+def test_a_temporary_file_in_a_folder_the_run_created_does_not_keep_that_folder(
+        tmp_path: Path, drifted_capture: Path, run_cli: RunCli) -> None:
+    # What the seeded SIGKILL test once caught: killed inside the atomic replace of
+    # /etc/sysctl.d/90-nodewarden.conf, the run leaves its temporary file in a folder it created;
+    # rollback must clear it first, or the folder (and /etc) stay behind.
+    original = tree_digest(drifted_capture)
+    assert not (drifted_capture / "fs/etc/sysctl.d").exists()
+    node, state = fresh_copy(drifted_capture, tmp_path / "node"), tmp_path / "state"
+    assert run_cli("remediate", "--snapshot", str(node), "--apply", "--state-dir", str(state),
+                   "--only", "host.sysctl").code in (0, 1)
+    (node / "fs/etc/sysctl.d/.90-nodewarden.conf.0123456789ab.tmp").write_text("half")
+    assert run_cli("rollback", "--last", "--snapshot", str(node), "--state-dir", str(state)).code == 0
+    assert tree_digest(node) == original
