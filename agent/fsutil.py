@@ -42,6 +42,7 @@ import secrets
 import socket
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.errors import EXIT_CANNOT_RUN, NodewardenError
@@ -442,3 +443,21 @@ def publish_dir(tmp: Path, out: Path) -> None:
     except OSError as exc:
         raise _os_error(exc, str(out), "put the output folder in place") from None
     fsync_dir(out.parent)
+
+
+def write_output_dir(out: Path, fill: Callable[[Path], None], what: str = "snapshot") -> None:
+    """Create the folder `out` whole or not at all: `fill` writes into a private sibling, which is
+    then renamed into place; on any failure the sibling is removed (an OSError becomes exit 2)."""
+    import shutil
+
+    tmp = new_output_dir(out)
+    try:
+        fill(tmp)
+        publish_dir(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FileSafetyError(f"cannot write the {what}: {exc.strerror or exc}", path=str(out)) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+

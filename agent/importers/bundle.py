@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +74,7 @@ def _forced_kind(entry: Entry, forced: dict[str, str]) -> str | None:
 def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = None,
                   budget: Budget | None = None) -> ImportSummary:
     """Import every input into one new snapshot at `out` (missing or an empty folder; exit 2 otherwise)."""
-    from agent.fsutil import new_output_dir
+    from agent.fsutil import write_output_dir
 
     forced = forced or {}
     kinds = importers()
@@ -112,17 +111,7 @@ def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = 
         problems = [f"{e.name}: {e.error}" for e in entries if e.error][:3]
         raise SnapshotError("nothing to import: no input holds a kind nodewarden reads"
                             + (f" ({'; '.join(problems)})" if problems else ""))
-    tmp = new_output_dir(out)
-    try:
-        _write(tmp, builder, entries)
-        from agent.fsutil import publish_dir
-        publish_dir(tmp, out)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SnapshotError(f"cannot write the snapshot: {exc.strerror or exc}", path=str(out)) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_output_dir(out, lambda tmp: _write(tmp, builder, entries))
     return ImportSummary(builder.captured, entries)
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -1012,18 +1011,13 @@ def import_nvidia_smi(source: Path, out: Path) -> ImportResult:
 
 def _write_snapshot(out: Path, files: dict[str, str]) -> None:
     """Write into a temporary sibling directory, then rename it into place."""
-    from agent.fsutil import new_output_dir, publish_dir  # the one writer (its folder must exist: exit 2)
+    from agent.fsutil import write_output_dir  # the one writer (its folder must exist: exit 2)
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SnapshotError("output exists and is not an empty directory; refusing to overwrite", path=str(out))
-    tmp = new_output_dir(out)
-    try:
+
+    def fill(tmp: Path) -> None:
         for file_name, content in files.items():
             (tmp / file_name).write_text(content, encoding="utf-8")  # inside our private 0700 folder
-        publish_dir(tmp, out)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SnapshotError(f"cannot write the snapshot: {exc.strerror or exc}", path=str(out)) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    write_output_dir(out, fill)
