@@ -71,7 +71,10 @@ class BoundedSession(requests.Session):
         if left is not None:
             timeout = kwargs.get("timeout")
             kwargs["timeout"] = left if not isinstance(timeout, (int, float)) else min(float(timeout), left)
-        response = super().request(method, url, *args, **kwargs)
+        # requests' own annotations take str, its stubs str | bytes: pass str to both.
+        method_name = method.decode("ascii") if isinstance(method, bytes) else method
+        target = url.decode("utf-8") if isinstance(url, bytes) else url
+        response = super().request(method_name, target, *args, **kwargs)
         try:
             response._content = self._read_body(response)  # what response.text / .content then serve
         finally:
