@@ -19,7 +19,10 @@ from agent.profiles import Profile
 from checks import Check
 from checks._bmc import bmc_facts, open_entries, with_source
 
-EVENTS = Check("bmc.events", "BMC log entries", source="bmc", action="check_bmc_events")
+EVENTS = Check("bmc.events", "BMC log entries", source="bmc", action="check_bmc_events",
+               evidence=("unresolved warning/critical entries of hardware event logs (SEL, IML, Event, Lclog, "
+                         "FaultLog) in the window or marked open; resolved, undated and BMC syslog/dump entries are "
+                         "not evidence"))
 _SEVERITY = {"Critical": Severity.CRITICAL, "Warning": Severity.WARNING}
 # An operator's action the BMC logs at a fault's severity: an HPE drive "status changed to Erasing"
 # (iLO IML 19.20, Event DrvArrPhysDrvErasing) is a secure erase someone started, not a drive failure.

@@ -12,7 +12,9 @@ from checks import Check
 from checks._bmc import NOT_MEASURING, bmc_facts, with_source
 from checks.bios import bios_vendor
 
-FIRMWARE = Check("bmc.firmware", "Firmware versions", source="bmc", action="update_firmware")
+FIRMWARE = Check("bmc.firmware", "Firmware versions", source="bmc", action="update_firmware",
+                 evidence=("FirmwareInventory versions against the profile's `version_min`, vendor formats parsed; an"
+                           " absent or 0 minimum means no minimum"))
 CONSISTENCY = Check("firmware.consistency", "One firmware version per component model", source="bmc",
                     action="update_firmware")
 

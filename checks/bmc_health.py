@@ -23,13 +23,24 @@ from checks._bmc import (
     with_source,
 )
 
-REACHABLE = Check("bmc.reachable", "BMC reachable and authenticated", source="bmc", action="check_bmc")
-ROLLUP = Check("bmc.health_rollup", "BMC system health rollup", source="bmc", action="check_bmc_events")
-PSU = Check("bmc.psu", "Power supplies and redundancy", source="bmc", action="replace_psu")
-FANS = Check("bmc.fans", "Fans", source="bmc", action="replace_fan")
-TEMPERATURES = Check("bmc.temperatures", "BMC temperature sensors", source="bmc", action="check_cooling")
-LEAK = Check("bmc.leak", "Liquid leak detectors", source="bmc", action="drain")
-SWITCHES = Check("bmc.switches", "Fabric switches (NVSwitch) health", source="bmc", action="reset_fabric")
+REACHABLE = Check("bmc.reachable", "BMC reachable and authenticated", source="bmc", action="check_bmc",
+                  evidence="a Redfish (or IPMI) session that logged in and answered within the deadline")
+ROLLUP = Check("bmc.health_rollup", "BMC system health rollup", source="bmc", action="check_bmc_events",
+               evidence=("Status.HealthRollup of the system and chassis, named by the unresolved entries and non-OK "
+                         "members that explain it"))
+PSU = Check("bmc.psu", "Power supplies and redundancy", source="bmc", action="replace_psu",
+            evidence=("PSU Status.Health and redundancy sets; StandbyOffline/StandbySpare is standby, a PSU with no "
+                      "Status and no readings is a placeholder"))
+FANS = Check("bmc.fans", "Fans", source="bmc", action="replace_fan",
+             evidence=("fans the BMC reports Enabled with a reading or a Status; Absent/offline fans and entries with"
+                       " neither are placeholders (skip)"))
+TEMPERATURES = Check("bmc.temperatures", "BMC temperature sensors", source="bmc", action="check_cooling",
+                     evidence=("Enabled sensors with a reading against their own non-placeholder thresholds; "
+                               "Absent/Disabled/offline, null readings and thresholds <= 0 C are not compared"))
+LEAK = Check("bmc.leak", "Liquid leak detectors", source="bmc", action="drain",
+             evidence="leak detectors the BMC reports present with a state; absent detectors are not evidence")
+SWITCHES = Check("bmc.switches", "Fabric switches (NVSwitch) health", source="bmc", action="reset_fabric",
+                 evidence="NVSwitch/fabric switch Status.Health from the BMC; switches with no Status are placeholders")
 
 
 @REACHABLE.evaluator

@@ -14,7 +14,8 @@ from agent.profiles import Profile
 from checks import Check
 from checks._gpu import per_gpu
 
-APP_CLOCKS = Check("gpu.app_clocks", "Application clocks", source="nvml", remediation="gpu_app_clocks")
+APP_CLOCKS = Check("gpu.app_clocks", "Application clocks", source="nvml", remediation="gpu_app_clocks",
+                   evidence="NVML application clocks vs the board's default application clocks")
 
 
 def describe_app_clocks(gpu: GpuFacts) -> Any:

@@ -9,12 +9,19 @@ from agent.profiles import Profile
 from checks import Check
 from checks._gpu import ECC_BITS, REMAP_BITS, RETIRED_BITS, gpu_refs, nvml_gpus, per_gpu, subject
 
-ECC_MODE = Check("gpu.ecc.mode", "ECC mode", source="nvml", remediation="gpu_ecc", action="reboot")
+ECC_MODE = Check("gpu.ecc.mode", "ECC mode", source="nvml", remediation="gpu_ecc", action="reboot",
+                 evidence="NVML current and pending ECC mode; a pending change is reported as such")
 UNCORRECTED = Check("gpu.ecc.uncorrected", "Uncorrected ECC errors since reset", source="nvml",
-                    action="reset_gpu")
-CORRECTED = Check("gpu.ecc.corrected", "Corrected ECC errors (lifetime)", source="nvml", action="contact_support")
-RETIRED = Check("gpu.retired_pages", "Retired memory pages (pre-Ampere)", source="nvml", action="reset_gpu")
-ROW_REMAP = Check("gpu.row_remap", "Row remapping (Ampere and later)", source="nvml", action="reset_gpu")
+                    action="reset_gpu",
+                    evidence="NVML volatile uncorrected ECC counters since the last reset")
+CORRECTED = Check("gpu.ecc.corrected", "Corrected ECC errors (lifetime)", source="nvml", action="contact_support",
+                  evidence=("NVML lifetime corrected ECC counters against the profile's limit; a saturated counter "
+                            "counts as at least its maximum"))
+RETIRED = Check("gpu.retired_pages", "Retired memory pages (pre-Ampere)", source="nvml", action="reset_gpu",
+                evidence="NVML retired pages (pre-Ampere) and pending retirement; unsupported is skip")
+ROW_REMAP = Check("gpu.row_remap", "Row remapping (Ampere and later)", source="nvml", action="reset_gpu",
+                  evidence=("NVML remapped rows and remapping failure/pending flags (Ampere and later); unsupported "
+                            "is skip"))
 
 
 @ECC_MODE.evaluator

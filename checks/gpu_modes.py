@@ -8,9 +8,12 @@ from agent.profiles import Profile
 from checks import Check
 from checks._gpu import nvml_gpus, per_gpu, subject
 
-PERSISTENCE = Check("gpu.persistence_mode", "Persistence mode", source="nvml", remediation="gpu_persistence")
-COMPUTE = Check("gpu.compute_mode", "Compute mode", source="nvml", remediation="gpu_compute_mode")
-MIG = Check("gpu.mig_mode", "MIG mode", source="nvml", action="reset_gpu")
+PERSISTENCE = Check("gpu.persistence_mode", "Persistence mode", source="nvml", remediation="gpu_persistence",
+                    evidence="NVML persistence mode against the profile")
+COMPUTE = Check("gpu.compute_mode", "Compute mode", source="nvml", remediation="gpu_compute_mode",
+                evidence="NVML compute mode against the profile")
+MIG = Check("gpu.mig_mode", "MIG mode", source="nvml", action="reset_gpu",
+            evidence="NVML current and pending MIG mode against the profile")
 
 
 @PERSISTENCE.evaluator

@@ -14,8 +14,11 @@ from agent.profiles import Profile
 from checks import Check
 from checks._gpu import PCIE_REPLAY_BITS, per_gpu
 
-LINK = Check("gpu.pcie.link", "GPU PCIe link width", source="nvml", action="reseat_or_contact_support")
-REPLAY = Check("gpu.pcie.replay", "GPU PCIe replay rate", source="nvml", action="contact_support")
+LINK = Check("gpu.pcie.link", "GPU PCIe link width", source="nvml", action="reseat_or_contact_support",
+             evidence=("NVML current vs max PCIe width (a lower generation on an idle GPU is power saving, not "
+                       "evidence)"))
+REPLAY = Check("gpu.pcie.replay", "GPU PCIe replay rate", source="nvml", action="contact_support",
+               evidence="NVML PCIe replay counter as a rate over the observation, not a raw count")
 
 
 @LINK.evaluator

@@ -17,8 +17,12 @@ from agent.profiles import Profile
 from checks import Check
 from checks._gpu import gpu_refs, nvml_gpus, subject
 
-POWER_LIMIT = Check("gpu.power.limit", "Power limit", source="nvml", remediation="gpu_power_limit")
-CLOCK_EVENTS = Check("gpu.clocks.events", "Clock event (throttle) reasons", source="nvml")
+POWER_LIMIT = Check("gpu.power.limit", "Power limit", source="nvml", remediation="gpu_power_limit",
+                    evidence=("NVML requested, enforced, default and max power limits kept apart; an enforced limit "
+                              "below requested names who clamps it where known"))
+CLOCK_EVENTS = Check("gpu.clocks.events", "Clock event (throttle) reasons", source="nvml",
+                     evidence=("NVML clock event reasons that are active now (HW slowdown, power brake, thermal); "
+                               "idle and user-set reasons are not faults"))
 
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 _ACTIONS = {"hw_power_brake": "check_power_delivery", "hw_slowdown": "check_cooling_and_power",

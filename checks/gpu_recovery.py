@@ -8,7 +8,8 @@ from agent.profiles import Profile
 from checks import Check
 from checks._gpu import per_gpu
 
-RECOVERY = Check("gpu.recovery_action", "Driver-requested recovery action", source="nvml")
+RECOVERY = Check("gpu.recovery_action", "Driver-requested recovery action", source="nvml",
+                 evidence="the driver's own recovery action (R550+); unsupported is skip")
 
 # NVML_GPU_RECOVERY_ACTION_*: what the driver asks the operator to do.
 RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",

@@ -17,11 +17,16 @@ from agent.profiles import Profile
 from checks import Check
 from checks._gpu import gpu_refs, nvml_gpus, per_gpu, subject
 
-TEMPERATURE = Check("gpu.temperature", "GPU temperature margin", source="nvml", action="check_cooling")
+TEMPERATURE = Check("gpu.temperature", "GPU temperature margin", source="nvml", action="check_cooling",
+                    evidence="NVML core temperature against the device's own slowdown/shutdown thresholds")
 MEMORY_TEMPERATURE = Check("gpu.memory_temperature", "HBM temperature margin", source="nvml",
-                           action="check_cooling")
+                           action="check_cooling",
+                           evidence=("NVML memory temperature against the device's own memory thresholds; not "
+                                     "reported is skip"))
 IMBALANCE = Check("gpu.thermal.imbalance", "GPU temperature vs GPUs under the same load", source="nvml",
-                  action="check_cooling")
+                  action="check_cooling",
+                  evidence=("core temperatures compared only among GPUs in the same load state (power and utilization"
+                            " close)"))
 SAME_LOAD_POWER_PCT = 10.0  # of the power limit: 70 W on a 700 W H100
 SAME_LOAD_UTILIZATION_PCT = 20.0
 

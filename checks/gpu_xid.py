@@ -32,7 +32,9 @@ from agent.sources.kmsg import boot_time, predates_boot
 from agent.xid_catalog import APPLICATION_ACTIONS, Verdict, classify, rank
 from checks import Check
 
-XID = Check("gpu.xid", "Xid errors since boot", source="kmsg")
+XID = Check("gpu.xid", "Xid errors since boot", source="kmsg",
+            evidence=("Xid records of this boot's kernel log mapped through NVIDIA's catalogue; application Xids "
+                      "never fail an audit"))
 XidInfo = Verdict  # what one Xid asks of the operator (description, severity, action, bucket)
 
 

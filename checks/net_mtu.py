@@ -11,7 +11,8 @@ from agent.model import Finding, Unknown
 from agent.profiles import Profile
 from checks import Check
 
-MTU = Check("net.mtu", "Interface MTU", source="host", remediation="mtu")
+MTU = Check("net.mtu", "Interface MTU", source="host", remediation="mtu",
+            evidence="sysfs MTU of the interfaces a profile rule selects (by driver, name or PCI id)")
 
 
 def rule_matches(rule: Mapping[str, Any], iface: NetInterface, pci_ids: Mapping[str, str]) -> bool:

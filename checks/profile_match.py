@@ -12,7 +12,9 @@ from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
 from checks import Check
 
-PROFILE_MATCH = Check("profile.match", "Profile selection", source="host")
+PROFILE_MATCH = Check("profile.match", "Profile selection", source="host",
+                      evidence=("the DMI/BMC/PCI facts that selected the profile; a fallback to the generic profile "
+                                "warns"))
 
 
 @PROFILE_MATCH.evaluator

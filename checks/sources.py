@@ -11,7 +11,9 @@ from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
 
-SOURCE = Check("source.available", "Data sources", source="host")
+SOURCE = Check("source.available", "Data sources", source="host",
+               evidence=("each configured or implied source answered; one that did not is the reason its checks are "
+                         "unknown"))
 
 _DEFAULT_SEVERITY = {"host": Severity.CRITICAL, "nvml": Severity.CRITICAL, "kmsg": Severity.WARNING}
 
