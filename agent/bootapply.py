@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from remediations._boot import BOOT_CONF, boot_settings
+from remediations.boot import BOOT_CONF, boot_settings
 
 _CPU_RE = re.compile(r"^cpu\d+$")
 

@@ -29,30 +29,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.change_kinds import VerifyError, kind_named, kind_of
 from agent.engine import AuditRequest, Report, open_node, run_audit
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import NodeFacts
 from agent.fsutil import trusted_dir
-from agent.journal import JournalError, JournalWriteError, RunJournal, StateDir, b64, hold_lock, new_run_id, unb64
+from agent.journal import JournalError, JournalWriteError, RunJournal, StateDir, hold_lock, new_run_id
 from agent.model import Status
 from agent.profiles import ProfileStore
-from agent.sources.redfish import RedfishError
 from checks import all_checks
 from remediations import (
     Action,
     ActionClass,
-    AttrWrite,
-    BmcWriter,
-    ByteWrite,
     Change,
     HostTarget,
-    NvmlSet,
     Outcome,
-    RedfishPatch,
     may_write,
     planners,
 )
-from remediations._target import LiveTarget, SnapshotTarget
+from remediations.targets import LiveTarget, SnapshotTarget
 
 REMEDIATION_SCHEMA = "nodewarden.remediation/v1"
 CLASS_ORDER = (ActionClass.SAFE, ActionClass.DISRUPTIVE, ActionClass.REBOOT)
@@ -234,98 +229,13 @@ def plan(request: RemediationRequest, target: HostTarget,
     return report, actions
 
 
-def _nvml_call(target: HostTarget, change: NvmlSet, name: str, *args: Any) -> Any:
-    nvml = target.nvml()
-    if nvml is None:
-        raise ValueError("NVML is not available")
-    try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(change.index)
-        return getattr(nvml, name)(handle, *args)
-    except Exception as exc:  # NVMLError, deadline: one message, no traceback
-        raise ValueError(f"{name} on GPU {change.index}: {exc}") from exc
-
-
-def _bmc(target: HostTarget) -> BmcWriter:
-    writer = target.bmc()
-    if writer is None:
-        raise ValueError("no BMC to write to (pass --bmc URL)")
-    return writer
-
-
-def _redfish_get(writer: BmcWriter, path: str, absent_ok: bool = False) -> dict[str, Any]:
-    try:
-        return writer.get(path)
-    except RedfishError as exc:
-        if absent_ok and exc.status == 404:
-            return {}
-        raise ValueError(str(exc)) from None
-
-
-def _bios_effective(writer: BmcWriter, change: RedfishPatch) -> dict[str, Any]:
-    """Each attribute's value after the next boot: pending if staged, else current."""
-    current = _redfish_get(writer, change.bios_path).get("Attributes") or {}
-    pending = _redfish_get(writer, change.settings_path, absent_ok=True).get("Attributes") or {}
-    return {name: pending.get(name, current.get(name)) for name, _value in change.attributes}
-
-
-def _nvml_read(target: HostTarget, change: NvmlSet) -> Any:
-    values = [_nvml_call(target, change, change.getter, *args) for args in change.reads]
-    return values[0] if len(values) == 1 else values
-
-
 def _before_state(target: HostTarget, change: Change) -> dict[str, Any]:
-    if isinstance(change, RedfishPatch):
-        writer = _bmc(target)
-        return {"kind": "redfish", "path": change.path, "settings_path": change.settings_path,
-                "values": _bios_effective(writer, change), "raw": b64(writer.raw(change.settings_path))}
-    if isinstance(change, NvmlSet):
-        before = _nvml_read(target, change)
-        return {"kind": "nvml", "path": change.path, "index": change.index, "setter": change.setter,
-                "value": before, "restore_args": change.undo(before), "raw": b64(target.nvml_raw())}
-    raw = target.read(change.path)
-    if isinstance(change, ByteWrite):
-        if raw is None or len(raw) < change.offset + len(change.data):
-            raise FileNotFoundError(change.path) if raw is None else ValueError(
-                f"{change.path}: {len(raw)} bytes readable, the write needs {change.offset + len(change.data)} "
-                "(config space needs root)")
-        return {"kind": "bytes", "path": change.path, "offset": change.offset,
-                "raw": b64(raw[change.offset:change.offset + len(change.data)]), "value": change.parse(raw)}
-    if isinstance(change, AttrWrite):
-        if raw is None:
-            raise FileNotFoundError(change.path)
-        return {"kind": "attr", "path": change.path, "raw": b64(raw), "value": change.parse(raw)}
-    # Directories the write will create: rollback removes them again (if still empty).
-    missing: list[str] = []
-    parent = os.path.dirname(change.path)
-    while parent != "/" and not target.is_dir(parent):
-        missing.append(parent)
-        parent = os.path.dirname(parent)
-    return {"kind": "file", "path": change.path, "content": b64(raw), "mode": target.file_mode(change.path),
-            "created_dirs": missing}
+    return kind_of(change).before(target, change)
 
 
 def _apply_change(target: HostTarget, change: Change) -> str | None:
     """Write one change; returns a note for the operator (e.g. the BMC's job), if any."""
-    if isinstance(change, RedfishPatch):
-        body: dict[str, Any] = {"Attributes": dict(change.attributes)}
-        if change.apply_time:
-            body["@Redfish.SettingsApplyTime"] = {"ApplyTime": change.apply_time}
-        try:
-            result = _bmc(target).patch(change.settings_path, body, change.etag)
-        except RedfishError as exc:
-            raise ValueError(str(exc)) from None
-        location = getattr(result, "location", None)
-        return f"the BMC queued {location}" if location else None
-    if isinstance(change, NvmlSet):
-        _nvml_call(target, change, change.setter, *change.setter_args())
-        target.nvml_commit()
-    elif isinstance(change, AttrWrite):
-        target.write_attr(change.path, change.value, change.shown)
-    elif isinstance(change, ByteWrite):
-        target.write_at(change.path, change.offset, change.data)
-    else:
-        target.write_file(change.path, change.edit(target.read(change.path)), change.mode)
-    return None
+    return kind_of(change).apply(target, change)
 
 
 def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
@@ -333,27 +243,13 @@ def _verify(target: HostTarget, action: Action) -> tuple[bool, Any]:
     ok = True
     values = []
     for change in action.changes:
-        if isinstance(change, RedfishPatch):
-            try:
-                effective = _bios_effective(_bmc(target), change)
-            except ValueError as exc:
-                return False, f"cannot re-read the BIOS settings: {exc}"
-            values.append(effective)
-            ok = ok and all(effective.get(name) == value for name, value in change.attributes)
-        elif isinstance(change, NvmlSet):
-            try:
-                value: Any = change.parse(_nvml_read(target, change))
-            except ValueError:
-                value = None
-            values.append(value)
-            if value is None or (action.expectation is not None and not action.expectation.evaluate(value).ok):
-                ok = False
-        elif isinstance(change, (AttrWrite, ByteWrite)):
-            raw = target.read(change.path)
-            value = None if raw is None else change.parse(raw)
-            values.append(value)
-            if value is None or (action.expectation is not None and not action.expectation.evaluate(value).ok):
-                ok = False
+        try:
+            verified = kind_of(change).verify(target, change, action.expectation)
+        except VerifyError as exc:
+            return False, str(exc)
+        if verified is not None:
+            ok = verified[0] and ok
+            values.append(verified[1])
     if len(values) == 1 and isinstance(values[0], dict):
         observed = values[0]
     elif values:
@@ -475,45 +371,15 @@ class RollbackResult:
 
 
 def _restore(target: HostTarget, state: dict[str, Any]) -> None:
-    path = str(state["path"])
-    if state["kind"] == "redfish":
-        writer = _bmc(target)
-        settings_path = str(state["settings_path"])
-        if not target.live:
-            writer.restore_raw(settings_path, unb64(state.get("raw")))  # byte-exact for a recording
-        else:
-            # A live BMC has no "un-PATCH": put every attribute back to the value the next boot
-            # would have used. A job the BMC queued for our PATCH is not deleted (vendor-specific).
-            try:
-                writer.patch(settings_path, {"Attributes": dict(state["values"])})
-            except RedfishError as exc:
-                raise ValueError(str(exc)) from None
-    elif state["kind"] == "nvml":
-        raw_nvml = unb64(state.get("raw"))
-        if raw_nvml is not None and not target.live:
-            target.nvml_restore_raw(raw_nvml)  # byte-exact for a recording
-        else:
-            change = NvmlSet(int(state["index"]), "", str(state["setter"]), None, str)
-            _nvml_call(target, change, change.setter, *state.get("restore_args", [state["value"]]))
-    elif state["kind"] == "bytes":
-        old = unb64(state["raw"])
-        assert old is not None
-        target.write_at(path, int(state["offset"]), old)
-    elif state["kind"] == "attr":
-        raw = unb64(state["raw"])
-        assert raw is not None
-        target.restore_attr(path, raw, str(state["value"]))
-    else:
-        mode = state.get("mode")
-        target.write_file(path, unb64(state["content"]), int(mode) if mode is not None else 0o644)
-        for directory in state.get("created_dirs", []):  # deepest first
-            target.remove_empty_dir(str(directory))
+    kind = kind_named(state.get("kind"))
+    assert kind is not None  # _check_restorable refused the journal otherwise
+    kind.restore(target, state)
 
 
 def _remove_leftover_temps(target: HostTarget, run: RunJournal) -> None:
     """A run killed inside an atomic replace leaves its temporary file beside the target: remove it."""
     paths = [str(state["path"]) for entry in run.before_states() for state in entry["states"]
-             if state.get("kind") not in ("redfish", "nvml")]
+             if (kind := kind_named(state.get("kind"))) is not None and kind.on_files]
     with contextlib.suppress(OSError):
         target.remove_leftover_temps(paths)
 
@@ -541,23 +407,10 @@ def _foreign(actuator: str, state: Any) -> str | None:
     path, kind = state["path"], state.get("kind")
     if not may_write(actuator, path):
         return f"{path} is not a path actuator {actuator or '(none)'} writes"
-    if kind == "nvml":
-        index, setter = state.get("index"), state.get("setter")
-        if not isinstance(index, int) or isinstance(index, bool) or path != f"nvml:gpu{index}:{setter}":
-            return f"{path}: GPU index or setter do not match the path"
-    elif kind == "redfish":
-        if path != f"redfish:{state.get('settings_path')}" or not isinstance(state.get("values"), dict):
-            return f"{path}: settings path or values do not match the path"
-    elif kind in ("attr", "bytes", "file"):
-        if path.startswith(("nvml:", "redfish:")):
-            return f"{path}: not a file path"
-        created = state.get("created_dirs", [])
-        if not isinstance(created, list) or not all(
-                isinstance(d, str) and d != "/" and path.startswith(d.rstrip("/") + "/") for d in created):
-            return f"{path}: created folders outside its own path"
-    else:
+    change_kind = kind_named(kind)
+    if change_kind is None:
         return f"{path}: unknown kind of state {kind!r}"
-    return None
+    return change_kind.foreign(state)
 
 
 def rollback(audit: AuditRequest, state_dir: Path, run_id: str | None) -> RollbackResult:

@@ -7,7 +7,7 @@ import re
 from agent.model import Finding
 from checks.host_cpu import cpu_ranges  # the audit's own cpulist format
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
-from remediations._boot import BOOT_CONF, persist
+from remediations.boot import BOOT_CONF, persist
 
 CPU_DIR = "/sys/devices/system/cpu"
 _CPU_RE = re.compile(r"^cpu\d+$")

@@ -18,7 +18,7 @@ from agent.model import Finding, Unknown
 from agent.sources.host import read_interface, read_pci_function, read_rdma_ports
 from checks.net_mtu import rule_matches
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
-from remediations._boot import BOOT_CONF, persist
+from remediations.boot import BOOT_CONF, persist
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}\Z")  # IFNAMSIZ - 1, no '/'
 IP_TIMEOUT_S = 5.0

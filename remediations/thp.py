@@ -11,7 +11,7 @@ from agent.facts import parse_kernel_cmdline
 from agent.model import Finding
 from agent.sources.host import parse_bracketed
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
-from remediations._boot import BOOT_CONF, persist
+from remediations.boot import BOOT_CONF, persist
 
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 

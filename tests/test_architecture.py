@@ -39,6 +39,12 @@ def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return out
 
 
+def _private_module_of_another_package(importer: str, module: str) -> bool:
+    """`remediations._target` imported from agent/: a package's private module is its own business."""
+    parts = module.split(".")
+    return parts[0] != importer.partition(".")[0] and any(p.startswith("_") and not p.startswith("__") for p in parts)
+
+
 def graph() -> tuple[dict[str, set[str]], list[str]]:
     mods = modules()
     edges: dict[str, set[str]] = defaultdict(set)
@@ -47,6 +53,8 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
         for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
                     node.module.split(".")[0] in PACKAGES):
+                if _private_module_of_another_package(name, node.module):
+                    private.append(f"{name}: from {node.module} import ...")
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
                     if full in mods:
@@ -125,3 +133,17 @@ def test_the_detector_finds_a_circle_and_a_private_import() -> None:
     tree = ast.parse("from agent.engine import _hidden\nif TYPE_CHECKING:\n    from agent.cli import x\n")
     names = [n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, ast.ImportFrom)]
     assert names == ["_hidden"]
+    assert _private_module_of_another_package("agent.remediate", "remediations._target")
+    assert not _private_module_of_another_package("checks.gpu_ecc", "checks._gpu")
+    assert not _private_module_of_another_package("agent.remediate", "remediations.targets")
+
+
+def test_every_change_type_has_one_kind() -> None:
+    """Adding a Change type to remediations means adding its ChangeKind (agent.change_kinds)."""
+    import typing
+
+    from agent.change_kinds import KINDS
+    from remediations import Change
+
+    assert sorted(t.__name__ for t in typing.get_args(Change)) == sorted(k.change_type.__name__ for k in KINDS)
+    assert len({k.name for k in KINDS}) == len(KINDS)

@@ -20,7 +20,7 @@ import pytest
 from agent.journal import LockHeld, StateDir
 from agent.remediate import target_lock
 from agent.sources.fsroot import SnapshotFs
-from remediations._target import SnapshotTarget
+from remediations.targets import SnapshotTarget
 from remediations.sysctl import set_conf_key
 from tests.conftest import RunCli
 

@@ -16,7 +16,7 @@ from agent.engine import AuditRequest
 from agent.journal import StateDir
 from agent.remediate import RemediationRequest, _rollback, apply, plan
 from remediations import ActionClass, Outcome
-from remediations._target import SnapshotTarget
+from remediations.targets import SnapshotTarget
 from tests.conftest import RunCli
 from tests.test_contract_pynvml import SignatureSpy
 

@@ -25,7 +25,7 @@ import pytest
 from agent import fsutil
 from agent.journal import LockHeld, StateDir, b64
 from agent.remediate import target_lock
-from remediations._target import LiveTarget
+from remediations.targets import LiveTarget
 from tests.conftest import REPO, RunCli
 
 NOBODY = 65534
