@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from agent.sources.host import CPU_DIR
 from remediations.boot import BOOT_CONF, boot_settings
 
 _CPU_RE = re.compile(r"^cpu\d+$")
@@ -52,10 +53,9 @@ def apply_boot(root: str = "/") -> BootApplyResult:
     for setting in settings:
         paths = [setting.path]
         if "*" in setting.path:  # cpu.governor: every CPU with cpufreq
-            cpu_dir = "/sys/devices/system/cpu"
-            cpus = sorted(n for n in os.listdir(_real(root, cpu_dir)) if _CPU_RE.match(n))
-            paths = [f"{cpu_dir}/{n}/cpufreq/scaling_governor" for n in cpus
-                     if os.path.exists(_real(root, f"{cpu_dir}/{n}/cpufreq/scaling_governor"))]
+            cpus = sorted(n for n in os.listdir(_real(root, CPU_DIR)) if _CPU_RE.match(n))
+            paths = [f"{CPU_DIR}/{n}/cpufreq/scaling_governor" for n in cpus
+                     if os.path.exists(_real(root, f"{CPU_DIR}/{n}/cpufreq/scaling_governor"))]
         try:
             for path in paths:
                 _write(_real(root, path), setting.value)

@@ -268,7 +268,7 @@ def snapshot() -> None:
 @click.option("--out", required=True, type=click.Path(path_type=Path), metavar="DIR|FILE.tar.gz",
               help="New directory to write (must not exist or be empty), or one new .tar.gz archive.")
 @click.option("--redact", metavar="KINDS", default=None,
-              help="With --out FILE.tar.gz: replace serials,uuids,hostnames,macs,ips by consistent tokens.")
+              help="With --out FILE.tar.gz: replace serials,uuids,hostnames,macs,ips,guids by consistent tokens.")
 def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: Path | None,
                      out: Path, redact: str | None, **bmc: Any) -> None:
     """Capture this node (or copy a simulated/recorded one) into DIR or FILE.tar.gz."""
@@ -303,8 +303,9 @@ def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: P
 def snapshot_import(inputs: tuple[Path, ...], out: Path, forced: tuple[str, ...]) -> None:
     """Build one snapshot from captures: files, folders or archives (.gz .tar .tar.gz .tar.xz .zip).
 
-    Kinds are detected by content: nvidia-smi -q / -q -x, kernel logs (kmsg, dmesg, journalctl -k),
-    lspci -vvv, dmidecode, nvidia-bug-report.log(.gz). meta.yaml records every input.
+    Kinds are detected by content: nvidia-smi -q / -q -x, nvlink -s, topo -m, --query-gpu CSV, kernel
+    logs (kmsg, dmesg, journalctl -k), lspci, dmidecode, ibstat, ipmitool, ip link, ethtool, lsmod,
+    nvidia-bug-report.log(.gz), a Redfish mockup, a sosreport. meta.yaml records every input.
     """
     from agent.errors import ConfigError
     from agent.importers.bundle import import_inputs

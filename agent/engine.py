@@ -7,6 +7,7 @@ and applies waivers. It never formats output; `agent.report` does that.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import fnmatch
 import os
@@ -188,8 +189,10 @@ def open_node(request: AuditRequest) -> NodeSource:
         path = request.snapshot
         if path.is_file():  # node.tar.gz from `snapshot capture --out FILE.tar.gz`
             from agent.importers.archive import extract_archive
-            path = extract_archive(path)
-        snap = open_snapshot(path)
+            # The report names the archive the user gave, not the private folder it is read from.
+            snap = dataclasses.replace(open_snapshot(extract_archive(path)), origin=str(path))
+        else:
+            snap = open_snapshot(path)
         return NodeSource("snapshot", snap.fs() if snap.has("host") else None, snap)
     return NodeSource("live", LiveFs("/"))
 
@@ -334,7 +337,7 @@ _INPUT_SOURCES = {"nvidia-smi": ("nvml",), "kernel-log": ("kmsg",), "lspci": ("h
 
 def snapshot_info(snap: Snapshot) -> dict[str, Any]:
     """The report's node.snapshot: where, when, and for an imported one the inputs it was made from."""
-    info: dict[str, Any] = {"path": str(snap.path), "captured_at": snap.meta.get("captured_at")}
+    info: dict[str, Any] = {"path": snap.origin or str(snap.path), "captured_at": snap.meta.get("captured_at")}
     raw = snap.meta.get("inputs")
     if isinstance(raw, list):  # meta.yaml is untrusted: only its plain fields, bounded
         def text(value: object) -> str | None:

@@ -232,6 +232,7 @@ class HostFacts:
     pcie_acs: Maybe[dict[str, Maybe[AcsControl | None]]] = NOT_READ  # bridge -> ACS (None: no capability)
     iommu: Maybe[IommuFacts] = NOT_READ
     swap_total_kb: Maybe[int] = NOT_READ  # KiB of active swap areas, /proc/swaps (0: swap off)
+    pci_links: Maybe[bool] = True  # Unsupported: this view of PCI has no link speeds/widths (lspci -nn)
 
     @property
     def kernel_params(self) -> Maybe[dict[str, str | None]]:
@@ -541,6 +542,10 @@ class FirmwareItem(NamedTuple):
     software_id: str | None = None
     model: str | None = None
     state: str | None = None  # Status.State: UnavailableOffline = the BMC could not read this image
+    # Which part the image runs on, for naming it: the resources its RelatedItem links to (an HGX
+    # baseboard's GPU Processor), and where the vendor says the device sits (HPE: "PCI-E Slot 14").
+    related: tuple[str, ...] = ()
+    location: str | None = None
 
     @property
     def stable_id(self) -> str:

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from agent.facts import HostFacts
+from agent.facts import CpuFacts, HostFacts
 from agent.model import Unsupported
+from agent.sources.host import CPU_DIR, THP_DIR
 
 # part -> (fs path prefixes that provide it, HostFacts fields it fills)
 HOST_PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -25,13 +26,20 @@ HOST_PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "driver": (("proc/driver/nvidia",), ("nvidia_driver",)),
     "uptime": (("proc/uptime",), ("uptime_s",)),
     "sysctl": (("proc/sys/vm", "proc/sys/net", "proc/sys/kernel/numa_balancing"), ("sysctl",)),
-    "thp": (("sys/kernel/mm/transparent_hugepage",), ("thp_enabled", "thp_defrag")),
+    "thp": ((THP_DIR.lstrip("/"),), ("thp_enabled", "thp_defrag")),
     "net": (("sys/class/net",), ("interfaces",)),
     "rdma": (("sys/class/infiniband",), ("rdma",)),
     "numa": (("sys/devices/system/node",), ("numa_nodes",)),
     "secure_boot": (("sys/firmware/efi",), ("secure_boot",)),
     "iommu": (("sys/kernel/iommu_groups", "sys/class/iommu"), ("iommu",)),
     "identity": (("proc/sys/kernel/hostname", "proc/sys/kernel/osrelease"), ("hostname", "kernel_release")),
+    "cpu": ((CPU_DIR.lstrip("/"),), ("cpu",)),
+    # `lspci -nn` lists functions without their links; `-vvv` has LnkCap/LnkSta ("*/": a file name).
+    "pci_links": (("*/current_link_speed",), ("pci_links",)),
+    "swap": (("proc/swaps",), ("swap_total_kb",)),
+    # Fabric Manager: whether it runs (its systemd cgroup) and its log, apart: a bug report holds the log only.
+    "fabric_manager": (("sys/fs/cgroup",), ("fabric.manager",)),
+    "fabric_log": (("var/log/fabricmanager.log",), ("fabric.log_errors",)),
 }
 
 
@@ -40,7 +48,7 @@ def parts_of(paths: Iterable[str]) -> list[str]:
     found = set()
     for path in paths:
         for part, (prefixes, _fields) in HOST_PARTS.items():
-            if any(path.startswith(p) for p in prefixes):
+            if any(path.endswith(p[1:]) if p.startswith("*/") else path.startswith(p) for p in prefixes):
                 found.add(part)
     return sorted(found)
 
@@ -50,6 +58,7 @@ def mask_missing_parts(host: HostFacts, parts: list[str]) -> HostFacts:
     reason = f"not in this snapshot (its inputs gave: {', '.join(parts) or 'no host files'})"
     gone = Unsupported(reason)
     changes: dict[str, Any] = {}
+    fabric: dict[str, Any] = {}
     for part, (_prefixes, fields) in HOST_PARTS.items():
         if part in parts:
             continue
@@ -58,6 +67,12 @@ def mask_missing_parts(host: HostFacts, parts: list[str]) -> HostFacts:
                 changes[name] = {key: gone for key in host.sysctl}
             elif name == "dmi":
                 changes[name] = {}  # no DMI strings: matching and binding see none
+            elif name == "cpu":
+                changes[name] = CpuFacts(gone, gone, gone, gone, gone)
+            elif name.startswith("fabric."):
+                fabric[name.removeprefix("fabric.")] = gone
             else:
                 changes[name] = gone
+    if fabric:
+        changes["fabric"] = host.fabric._replace(**fabric)
     return replace(host, **changes)

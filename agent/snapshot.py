@@ -45,6 +45,7 @@ CAPTURE_SYSCTLS = (
 class Snapshot:
     path: Path
     meta: dict[str, Any]
+    origin: str | None = None  # what the user named, where that is not `path` (an archive, extracted)
 
     @property
     def captured(self) -> list[str]:

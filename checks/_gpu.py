@@ -7,7 +7,9 @@ from typing import Any
 
 from agent.expect import Expectation
 from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Unknown, Unsupported
+from agent.matching import board_fit
+from agent.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.profiles import Profile
 from checks import Check
 
 # Widths of the NVML counters (nvml.h): ECC and NVLink error counts are unsigned long long; retired pages
@@ -40,6 +42,29 @@ def nvml_gpus(check: Check, facts: NodeFacts, expectation: Expectation | None) -
             return [], []  # no NVIDIA GPU on PCI either: not a GPU node, nothing to judge
         return [], [check.unknown("node", expectation, f"NVML unavailable: {nvml.reason}")]
     return [g for g in nvml.gpus if g.lost is None], []
+
+
+def partial_view(profile: Profile, facts: NodeFacts) -> str | None:
+    """Issue 13 rule 11: why the board-level expectations are not judged here, or None for the whole board.
+
+    The one predicate is `agent.matching.board_fit`, which gpu.count and fabric.nvswitch.count use too:
+    fewer GPUs in view than the profile's board, and no evidence of the whole board (NVSwitches on PCI,
+    DMI or the node's BMC naming an HGX/DGX system or a listed platform, the BMC's NVLink switches).
+    One SXM GPU in a VM, a one-GPU `nvidia-smi` dump or a GPU selection is such a partial view: the
+    board's NVLinks, Fabric Manager, fabric registration and rail HCAs are not in it to judge.
+    """
+    fit = board_fit(profile, facts)
+    if fit.full:
+        return None
+    return (f"a partial view: {fit.seen} of the board's {fit.board} GPUs are visible; board-level checks need the "
+            "whole board (no NVSwitch on PCI, neither DMI nor the BMC names an HGX/DGX system: a VM, a one-GPU "
+            "dump or a GPU selection)")
+
+
+def not_judged_on_partial_view(check: Check, finding: Finding, why: str, detail: str) -> Finding:
+    """A board-level finding that did not pass, turned into `skip` on a partial view (`why`)."""
+    return check.finding(finding.subject, Status.SKIP, Severity.INFO, f"{detail}, not judged: {why}",
+                         observed=finding.observed, expected=finding.expected, reason=finding.reason)
 
 
 def gpu_refs(gpu: GpuFacts) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Enumeration values are judged by what they mean, not how the BMC spells them: a 
 taken as read, then through the BMC's BIOS AttributeRegistry when it offers one (a display name
 or a decorated value -> its ValueName), then through the expectation's `aliases` (value -> other
 spellings). A value decorated with a parenthesised note ("Maximum Performance (Default)") is also
-tried without it: the note does not change the setting.
+tried without it: the note does not change the setting. A finding on a value not spelled as the
+profile wants says which basis judged it: the registry, or the aliases and why there was no registry.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from agent.profiles import Profile
 from checks import Check
 from checks._bmc import bmc_facts, with_source
 
-BIOS = Check("bios.attribute", "BIOS attributes", source="bmc", remediation="bios_attribute", action="reboot")
+BIOS = Check("bios.attribute", "BIOS attributes", source="bmc", remediation="bios_attribute", action="reboot",
+             evidence=("BIOS Attributes from the BMC against the vendor's expected values; enumerations by the BMC's "
+                       "AttributeRegistry name, else the profile's aliases; an attribute the BIOS lacks is skip"))
 
 # Profiles key BIOS attributes by vendor: the names differ completely between them.
 VENDOR_KEYS = {"dell": "Dell", "hpe": "HPE", "hewlett": "HPE", "lenovo": "Lenovo", "supermicro": "Supermicro",
@@ -82,6 +85,16 @@ def enumeration_value(name: str, value: Any, expectation: Expectation, registry:
     return value, None
 
 
+def basis(name: str, registry: Any) -> str:
+    """What an enumeration value of attribute `name` was judged by (said in every finding that needed it)."""
+    if isinstance(registry, dict) and registry.get(name):
+        return "judged by the BMC's attribute registry"
+    if isinstance(registry, dict):
+        return f"judged by the profile's aliases: the BMC's attribute registry does not list {name}"
+    reason = registry.reason if isinstance(registry, Unknown) else "none was read"
+    return f"judged by the profile's aliases: no attribute registry ({reason})"
+
+
 def meets(name: str, value: Any, expectation: Expectation, registry: Any) -> bool:
     """Whether a BIOS attribute's value meets the expectation, however the BMC spells it."""
     return expectation.evaluate(enumeration_value(name, value, expectation, registry)[0]).ok
@@ -125,7 +138,10 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         finding = BIOS.compare(name, expectation, value, f"BIOS {name}")
         if how is not None:
             finding.observed = raw
-            finding.message += f" (the BMC reports {raw!r}: {how})"
+            by_registry = isinstance(registry, dict) and bool(registry.get(name))  # `how` says so already
+            finding.message += f" (the BMC reports {raw!r}: {how}{'' if by_registry else '; ' + basis(name, registry)})"
+        elif isinstance(raw, str) and raw not in _wanted(expectation):
+            finding.message += f" ({basis(name, registry)})"
         staged = pending.get(name, raw)
         if staged != raw:
             staged_ok = meets(name, staged, expectation, registry)

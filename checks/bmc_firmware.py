@@ -16,7 +16,9 @@ FIRMWARE = Check("bmc.firmware", "Firmware versions", source="bmc", action="upda
                  evidence=("FirmwareInventory versions against the profile's `version_min`, vendor formats parsed; an"
                            " absent or 0 minimum means no minimum"))
 CONSISTENCY = Check("firmware.consistency", "One firmware version per component model", source="bmc",
-                    action="update_firmware")
+                    action="update_firmware",
+                    evidence=("FirmwareInventory items grouped by what they are (kind and model from Name, "
+                              "Description, SoftwareId, RelatedItem), never by positional id; one version per group"))
 
 
 def _matches(item: FirmwareItem, names: list[str]) -> bool:

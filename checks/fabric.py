@@ -2,7 +2,10 @@
 
 * `fabric.manager`: where the profile requires Fabric Manager (`fabric.manager`),
   the nvidia-fabricmanager service must be active. Without it the NVSwitches
-  are never programmed and CUDA peer-to-peer over NVLink is unavailable.
+  are never programmed and CUDA peer-to-peer over NVLink is unavailable. On a
+  partial view of the board (issue 13 rule 11, `checks._gpu.partial_view`: one
+  SXM GPU in a VM) the hypervisor's Fabric Manager programs the switches, so a
+  service that is not active there is `skip` with the reason.
 * `fabric.nvswitch.count`: NVSwitch functions on PCI (NVIDIA, class 0x0680)
   against `fabric.nvswitch.count`, with each switch's PCIe link in the message.
 * `fabric.sxid`: SXid errors since boot from the kernel log, plus those in Fabric
@@ -25,10 +28,16 @@ from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
 from agent.sources.fabric import FM_LOG, fm_log_time, parse_sxids
 from checks import Check
+from checks._gpu import not_judged_on_partial_view, partial_view
 
-MANAGER = Check("fabric.manager", "Fabric Manager service", source="host", action="start_fabric_manager")
-NVSWITCH_COUNT = Check("fabric.nvswitch.count", "NVSwitches on PCI", source="host", action="contact_support")
-SXID = Check("fabric.sxid", "NVSwitch errors (SXid)", source="kmsg")  # action per finding: fatal or not
+MANAGER = Check("fabric.manager", "Fabric Manager service", source="host", action="start_fabric_manager",
+                evidence=("nvidia-fabricmanager's systemd cgroup (or a process) on NVSwitch systems; on a partial "
+                          "view of the board a non-pass is skip"))
+NVSWITCH_COUNT = Check("fabric.nvswitch.count", "NVSwitches on PCI", source="host", action="contact_support",
+                       evidence="NVSwitch PCI functions against the board's count; a partial view is skip")
+SXID = Check("fabric.sxid", "NVSwitch errors (SXid)", source="kmsg",  # action per finding: fatal or not
+             evidence=("SXid records of this boot's kernel log and the tail of Fabric Manager's log, decoded "
+                       "fatal or non-fatal"))
 
 START_FM = "start nvidia-fabricmanager: without it NVLink P2P across the NVSwitch fabric is down"
 TZ_SLACK = dt.timedelta(hours=14)  # Fabric Manager logs local time; no zone is more than 14 h from UTC
@@ -48,13 +57,19 @@ def evaluate_manager(facts: NodeFacts, profile: Profile) -> list[Finding]:
     fabric = facts.host.fabric
     subject = "nvidia-fabricmanager"
     if isinstance(fabric.manager, Unknown):
-        return [MANAGER.missing(subject, expectation, fabric.manager, "Fabric Manager service")]
-    finding = MANAGER.compare(subject, expectation, fabric.manager, "nvidia-fabricmanager service")
-    if finding.status in (Status.FAIL, Status.WARN):
-        finding.message = (f"nvidia-fabricmanager is {fabric.manager} ({fabric.manager_how}), expected "
-                           f"{expectation.describe()}: {START_FM}")
-    elif fabric.manager_how:
-        finding.message += f" ({fabric.manager_how})"
+        finding = MANAGER.missing(subject, expectation, fabric.manager, "Fabric Manager service")
+    else:
+        finding = MANAGER.compare(subject, expectation, fabric.manager, "nvidia-fabricmanager service")
+        if finding.status in (Status.FAIL, Status.WARN):
+            finding.message = (f"nvidia-fabricmanager is {fabric.manager} ({fabric.manager_how}), expected "
+                               f"{expectation.describe()}: {START_FM}")
+        elif fabric.manager_how:
+            finding.message += f" ({fabric.manager_how})"
+    partial = partial_view(profile, facts)
+    if partial is not None and finding.status is not Status.PASS:
+        # A VM given one SXM GPU runs no Fabric Manager of its own: the hypervisor's programs the switches.
+        state = fabric.manager.reason if isinstance(fabric.manager, Unknown) else fabric.manager
+        return [not_judged_on_partial_view(MANAGER, finding, partial, f"nvidia-fabricmanager is {state}")]
     return [finding]
 
 
@@ -164,10 +179,14 @@ def evaluate_sxid(facts: NodeFacts, profile: Profile) -> list[Finding]:
     older = 0
     if isinstance(log, Unknown):
         if expected and log is not NOT_READ and not isinstance(log, Unsupported):
-            findings.append(SXID.finding(
+            unread = SXID.finding(
                 "fabricmanager.log", Status.UNKNOWN, Severity.INFO,
                 f"NVSwitch errors Fabric Manager saw are not checked: {log.reason} (kernel SXids are)",
-                expected="no SXid", reason=f"Fabric Manager logs NVSwitch errors to {FM_LOG}"))
+                expected="no SXid", reason=f"Fabric Manager logs NVSwitch errors to {FM_LOG}")
+            partial = partial_view(profile, facts)
+            # A VM's Fabric Manager is the hypervisor's: its log is not in this view to read.
+            findings.append(unread if partial is None else not_judged_on_partial_view(
+                SXID, unread, partial, f"Fabric Manager's log: {log.reason}"))
     else:
         from_log, older = _fm_errors_since_boot(facts, log, kernel)
     names = _switch_names(facts, kernel)

@@ -9,8 +9,11 @@ from agent.profiles import Profile
 from checks import Check
 from checks._gpu import nvml_gpus
 
-COUNT = Check("gpu.count", "GPU count (NVML, profile, PCI)", source="nvml", action="contact_support")
-LOST = Check("gpu.lost", "GPUs lost from the bus", source="nvml", action="drain")
+COUNT = Check("gpu.count", "GPU count (NVML, profile, PCI)", source="nvml", action="contact_support",
+              evidence=("NVML device count against the board's; a partial view (one GPU in a VM, a one-GPU dump) is "
+                        "skip unless the evidence shows the whole board"))
+LOST = Check("gpu.lost", "GPUs lost from the bus", source="nvml", action="drain",
+             evidence="a GPU on PCI that NVML cannot open (fallen off the bus), or NVML's own GPU_IS_LOST")
 
 
 @COUNT.evaluator

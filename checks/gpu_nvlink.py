@@ -1,4 +1,10 @@
-"""NVLink links and errors, and NVSwitch fabric registration (Hopper and later)."""
+"""NVLink links and errors, and NVSwitch fabric registration (Hopper and later).
+
+On a partial view of the profile's board (issue 13 rule 11, `checks._gpu.partial_view`: one SXM GPU
+in a VM, a one-GPU dump) the board's NVLinks and fabric registration are not in view: a GPU with
+no active link, or a fabric state short of `completed`, is `skip` with the reason. What the GPU
+itself reports stays a finding: some links up and another down, or a failed registration status.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,16 @@ from agent.facts import GpuFacts, NodeFacts
 from agent.model import Finding, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import NVLINK_BITS, per_gpu
+from checks._gpu import NVLINK_BITS, not_judged_on_partial_view, partial_view, per_gpu
 
-LINKS = Check("gpu.nvlink.links", "Active NVLinks", source="nvml", action="reset_gpu")
-ERRORS = Check("gpu.nvlink.errors", "NVLink error counters", source="nvml", action="contact_support")
-FABRIC = Check("gpu.fabric", "NVLink fabric registration", source="nvml", action="check_fabric_manager")
+LINKS = Check("gpu.nvlink.links", "Active NVLinks", source="nvml", action="reset_gpu",
+              evidence=("NVML NVLink link states per GPU against the board's count; a GPU with no active link on a "
+                        "partial view is skip"))
+ERRORS = Check("gpu.nvlink.errors", "NVLink error counters", source="nvml", action="contact_support",
+               evidence="NVML NVLink error counters (replay, recovery, CRC) per link against the profile's limits")
+FABRIC = Check("gpu.fabric", "NVLink fabric registration", source="nvml", action="check_fabric_manager",
+               evidence=("NVML GPU fabric registration state and status (Hopper and later); a state short of "
+                         "completed on a partial view is skip"))
 
 
 def active_links(gpu: GpuFacts) -> object:
@@ -33,12 +44,33 @@ def link_errors(gpu: GpuFacts) -> object:
 def evaluate_links(facts: NodeFacts, profile: Profile) -> list[Finding]:
     findings = per_gpu(LINKS, facts, profile.expectation("gpu", "nvlink", "active_links"), active_links,
                        "active NVLinks")
-    for finding, gpu in _with_gpus(facts, findings):
-        states = gpu.nvlink_states
-        if finding.status.value == "fail" and not isinstance(states, Unknown):
+    partial = partial_view(profile, facts)
+    out = []
+    for finding in findings:
+        gpu = _gpu_of(facts, finding)
+        states = gpu.nvlink_states if gpu is not None else None
+        if finding.status.value == "fail" and isinstance(states, tuple):
             down = [str(i) for i, s in enumerate(states) if s != 1]
             finding.message += f" (links down: {', '.join(down) or 'none reported'})"
-    return findings
+        if partial is not None and gpu is not None and isinstance(states, tuple) and \
+                finding.status in (Status.FAIL, Status.WARN) and not _link_down_in_view(states):
+            # No link of this GPU trained: its NVLinks are not in this view (a one-GPU partition, a VM),
+            # which is the board's layout, not this GPU's fault.
+            active = sum(1 for s in states if s == 1)
+            out.append(not_judged_on_partial_view(
+                LINKS, finding, partial, f"{gpu.label} has {active} active NVLink(s) of {len(states)} reported"))
+            continue
+        out.append(finding)
+    return out
+
+
+def _link_down_in_view(states: tuple[int, ...]) -> bool:
+    """Positive evidence, on the GPU itself, of a down link: some of its NVLinks trained and another did not.
+
+    On a partial view a GPU with no active link is not wired to the fabric in this view; one with links up
+    and one down is in a partition whose link failed, a finding on that GPU whatever the view.
+    """
+    return any(s == 1 for s in states) and any(s != 1 for s in states)
 
 
 @ERRORS.evaluator
@@ -55,11 +87,33 @@ def evaluate_errors(facts: NodeFacts, profile: Profile) -> list[Finding]:
 def evaluate_fabric(facts: NodeFacts, profile: Profile) -> list[Finding]:
     findings = per_gpu(FABRIC, facts, profile.expectation("gpu", "fabric"), lambda g: g.fabric_state,
                        "fabric state")
-    for finding, gpu in _with_gpus(facts, findings):
-        if isinstance(gpu.fabric_status, str) and gpu.fabric_status != "success":
+    partial = partial_view(profile, facts)
+    out = []
+    for finding in findings:
+        gpu = _gpu_of(facts, finding)
+        if gpu is None:
+            out.append(finding)
+            continue
+        failed = isinstance(gpu.fabric_status, str) and gpu.fabric_status != "success"
+        if failed:
             finding.status = Status.FAIL
             finding.message += f"; fabric status: {gpu.fabric_status}"
-    return findings
+        if partial is not None and not failed and isinstance(gpu.fabric_state, str) and \
+                finding.status in (Status.FAIL, Status.WARN):
+            # Registration is Fabric Manager's work, and on a partial view that runs outside it (the
+            # hypervisor's, or none for a one-GPU partition). A GPU that says its registration failed
+            # (a status other than success) is still a finding on that GPU.
+            out.append(not_judged_on_partial_view(FABRIC, finding, partial,
+                                                  f"{gpu.label} fabric state is {gpu.fabric_state}"))
+            continue
+        out.append(finding)
+    return out
+
+
+def _gpu_of(facts: NodeFacts, finding: Finding) -> GpuFacts | None:
+    if isinstance(facts.nvml, Unknown):
+        return None
+    return next((g for g in facts.nvml.gpus if f"gpu{g.index}" == finding.subject), None)
 
 
 def _with_gpus(facts: NodeFacts, findings: list[Finding]) -> list[tuple[Finding, GpuFacts]]:

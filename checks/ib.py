@@ -5,7 +5,8 @@ function and its virtual functions, see checks/_rails.py) or exact hca_type (MT4
 port state, rate and the firmware minimum are judged on them, so frontend or storage NICs of
 another type do not fail a rail expectation. A cloud VM's rails are SR-IOV virtual functions and
 are judged the same way. Error counters are judged on every port, and one firmware version per
-HCA type on every HCA.
+HCA type on every HCA. The rail count is the board's: on a partial view of it (issue 13 rule 11,
+`checks._gpu.partial_view`: a VM given one GPU and its rail) a count short of it is `skip`.
 """
 
 from __future__ import annotations
@@ -19,13 +20,22 @@ from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from agent.sources.rdma import rate_gbps
 from checks import Check
+from checks._gpu import not_judged_on_partial_view, partial_view
 from checks._rails import FIRMWARE_MAJOR, hca_kind, kind_label, matches_types
 
-HCA_COUNT = Check("ib.hca.count", "RDMA rail HCAs present", source="host", action="contact_support")
-PORT_STATE = Check("ib.port.state", "RDMA port state", source="host", action="check_link")
-PORT_RATE = Check("ib.port.rate", "RDMA port rate", source="host", action="check_link")
-PORT_ERRORS = Check("ib.port.errors", "RDMA port error counters", source="host", action="check_link")
-FIRMWARE = Check("ib.firmware", "HCA firmware", source="host", action="update_firmware")
+HCA_COUNT = Check("ib.hca.count", "RDMA rail HCAs present", source="host", action="contact_support",
+                  evidence=("rail HCAs (the profile's hca_types families) in /sys/class/infiniband; a partial view is"
+                            " skip"))
+PORT_STATE = Check("ib.port.state", "RDMA port state", source="host", action="check_link",
+                   evidence=("each rail port's state/phys_state; without a profile rule, a port down beside two or "
+                             "more active ports of its HCA type"))
+PORT_RATE = Check("ib.port.rate", "RDMA port rate", source="host", action="check_link",
+                  evidence="each rail port's rate in Gb/s against the profile")
+PORT_ERRORS = Check("ib.port.errors", "RDMA port error counters", source="host", action="check_link",
+                    evidence=("IB PortCounters error fields per port; a counter at its width's maximum counts as at "
+                              "least that"))
+FIRMWARE = Check("ib.firmware", "HCA firmware", source="host", action="update_firmware",
+                 evidence="each HCA's fw_ver against the profile's minimum per family, and one version per HCA type")
 
 # Widths of the IB PortCounters error fields (IBA 1.4, 16.1.3.5): a field stops at its
 # maximum ("saturates") instead of wrapping, so a counter at its maximum is a lower bound: it fails
@@ -127,14 +137,55 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     vfs = [d.name for d in devices if is_rail(d, types) and hca_kind(d).virtual_function]
     if vfs:
         finding.message += f"; {len(vfs)} of them SR-IOV virtual functions (a virtual machine's rails)"
+    partial = partial_view(profile, facts)
+    if partial is not None and finding.status is not Status.PASS:
+        # A VM given one GPU of the board gets the rails that go with it, if any: not the board's count.
+        listed = f" ({', '.join(rails)})" if rails else ""
+        return [not_judged_on_partial_view(HCA_COUNT, finding, partial, f"{len(rails)} {what}{listed}")]
     return [finding]
+
+
+_ACTIVE = ("ACTIVE", "LinkUp")
+SIBLINGS_ACTIVE = 2  # ports of one HCA type that must be Active for a Down one beside them to count
+
+
+def _down_among_active_siblings(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    """Without a profile's port_state (the generic profile cannot tell rails from frontend NICs):
+    a port that is not Active while at least two ports of its own HCA type are is a warning. On a
+    GPU node ports of one type are one job (the rails); one down beside its running siblings is a
+    cable, transceiver or switch port, and nothing else in a generic audit would show it."""
+    rdma = facts.host.rdma
+    if isinstance(rdma, Unknown):
+        return []
+    by_type: dict[str, list[tuple[RdmaDevice, RdmaPort]]] = {}
+    for device in rdma:
+        if isinstance(device.hca_type, Unknown) or isinstance(device.ports, Unknown) or device.physfn:
+            continue  # a container's SR-IOV VF is not a rail
+        by_type.setdefault(device.hca_type, []).extend((device, port) for port in device.ports)
+    findings: list[Finding] = []
+    for hca_type, ports in sorted(by_type.items()):
+        known = [(d, p) for d, p in ports if not isinstance(p.state, Unknown) and not isinstance(p.phys_state, Unknown)]
+        active = [(d, p) for d, p in known if p.state == _ACTIVE[0] and p.phys_state == _ACTIVE[1]]
+        if len(active) < SIBLINGS_ACTIVE or len(active) == len(known):
+            continue
+        for device, port in known:
+            if (device, port) in active:
+                continue
+            label = port_label(device, port)
+            findings.append(PORT_STATE.finding(
+                port_subject(device, port), Status.WARN, Severity.WARNING,
+                f"state of {label} is {port.state}/{port.phys_state} while {len(active)} of its {len(known)} "
+                f"{hca_type} ports are ACTIVE/LinkUp (no rail expectation in profile {profile.name}: "
+                "judged against its siblings)", observed=f"{port.state}/{port.phys_state}",
+                expected="ACTIVE/LinkUp, as its siblings"))
+    return findings
 
 
 @PORT_STATE.evaluator
 def evaluate_state(facts: NodeFacts, profile: Profile) -> list[Finding]:
     expectation, ports, findings = _rail_ports(PORT_STATE, facts, profile, "port_state")
     if expectation is None:
-        return findings
+        return findings or _down_among_active_siblings(facts, profile)
     for device, port in ports:
         subject, label = port_subject(device, port), port_label(device, port)
         for value in (port.state, port.phys_state):

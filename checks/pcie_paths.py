@@ -10,7 +10,7 @@ reports its own Gen4 maximum, but riser and management links vary).
 from __future__ import annotations
 
 from agent.facts import NodeFacts, PciFunction
-from agent.model import Finding, Status, Unknown
+from agent.model import Finding, Status, Unknown, Unsupported
 from agent.profiles import Profile
 from agent.sources.pcie import peer_bridges
 from checks import Check
@@ -59,6 +59,9 @@ def evaluate_link(facts: NodeFacts, profile: Profile) -> list[Finding]:
         ids = {str(x).lower() for x in rules[name].get("pci_ids") or ()}
         for fn in sorted((f for f in pci if f.pci_id in ids), key=lambda f: f.address):
             state = link_state(fn)
+            if isinstance(state, Unknown) and isinstance(facts.host.pci_links, Unknown):
+                state = Unsupported(f"{fn.address}: no link speed or width in this snapshot "
+                                    f"({facts.host.pci_links.reason})")
             what = f"PCIe link of {fn.address} ({name}, {fn.pci_id})"
             finding = LINK.compare(fn.address, expectation, state, what)
             if not isinstance(state, Unknown):

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.sources.host import CPU_DIR, NET_DIR, THP_DIR
 from remediations import FileEdit
 from remediations.sysctl import conf_settings, set_conf_key
 
@@ -36,7 +37,7 @@ class BootSetting:
 
 
 def _thp(which: str) -> Callable[[str], str | None]:
-    return lambda value: f"/sys/kernel/mm/transparent_hugepage/{which}" if _WORD_RE.match(value) else None
+    return lambda value: f"{THP_DIR}/{which}" if _WORD_RE.match(value) else None
 
 
 def boot_settings(text: str) -> tuple[list[BootSetting], list[str]]:
@@ -50,9 +51,9 @@ def boot_settings(text: str) -> tuple[list[BootSetting], list[str]]:
         elif key.startswith("mtu."):
             name = key[4:]
             if _IFNAME_RE.match(name) and name not in (".", "..") and value.isdigit():
-                path = f"/sys/class/net/{name}/mtu"
+                path = f"{NET_DIR}/{name}/mtu"
         elif key == "cpu.governor" and _WORD_RE.match(value):
-            path = "/sys/devices/system/cpu/*/cpufreq/scaling_governor"
+            path = f"{CPU_DIR}/*/cpufreq/scaling_governor"
         if path is None:
             problems.append(f"ignored {key} = {value}: not a key or value nodewarden writes at boot")
         else:

@@ -15,7 +15,7 @@ import subprocess
 
 from agent.jsonfile import load_json_bytes
 from agent.model import Finding, Unknown
-from agent.sources.host import read_interface, read_pci_function, read_rdma_ports
+from agent.sources.host import NET_DIR, read_interface, read_pci_function, read_rdma_ports
 from checks.net_mtu import rule_matches
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
 from remediations.boot import BOOT_CONF, persist
@@ -47,7 +47,7 @@ def netlink_mtu_limits(name: str) -> tuple[int | None, int | None]:
     return (low if isinstance(low, int) else None, high if isinstance(high, int) and high > 0 else None)
 
 
-@actuator("mtu", writes=("/sys/class/net/*/mtu", BOOT_CONF))
+@actuator("mtu", writes=(f"{NET_DIR}/*/mtu", BOOT_CONF))
 def plan_mtu(finding: Finding, ctx: PlanContext) -> list[Action]:
     name = finding.subject
     action_id = f"mtu:{name}"
@@ -89,6 +89,6 @@ def plan_mtu(finding: Finding, ctx: PlanContext) -> list[Action]:
     if iface.bond_master:
         notes.append(f"{name} is a member of {iface.bond_master}; the bond's own MTU also needs the new value")
     return [Action(action_id, "mtu", ActionClass.SAFE, name, finding.check, iface.mtu, int(value),
-                   changes=(AttrWrite(f"/sys/class/net/{name}/mtu", value, parse_mtu, shown_mtu),
+                   changes=(AttrWrite(f"{NET_DIR}/{name}/mtu", value, parse_mtu, shown_mtu),
                             persist(f"mtu.{name}", value)),
                    expectation=expectation, notes=notes)]

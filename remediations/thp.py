@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from agent.facts import parse_kernel_cmdline
 from agent.model import Finding
-from agent.sources.host import parse_bracketed
+from agent.sources.host import THP_DIR, parse_bracketed
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
 from remediations.boot import BOOT_CONF, persist
-
-THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 
 
 def parse_thp(raw: bytes) -> str:

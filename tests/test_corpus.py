@@ -5,11 +5,14 @@ log or Redfish tree; `fixtures/tools/check_provenance.py` maps each to the refer
 has `fixtures/expect/<capture>.yaml`: the SRE's one-line reading, whether the capture is healthy, and
 for the kinds nodewarden ingests today the conclusions that are not a pass (check, subject, status,
 severity, action, each with its reason), the checks that skip, the profile and the exit code. The
-audit must conclude exactly that. Kinds without an importer (lspci, dmidecode, ibstat, ipmitool,
-...) are `not-ingested`: their reading is the oracle a future importer is tested against.
+audit must conclude exactly that; a capture the importer rightly refuses has `refused:` (the message).
+Kinds without an importer (ipmicfg, smartctl, lsblk, ethtool, ...) are `not-ingested`: their
+reading is the oracle a future importer is tested against.
 
 Captures are audited the way a support engineer does: `nodewarden snapshot import-nvidia-smi` then
-`nodewarden audit --snapshot` for dumps; a snapshot holding only `kmsg.txt` for kernel logs; a
+`nodewarden audit --snapshot` for dumps; `nodewarden snapshot import FILE` then `audit --snapshot`
+for the kinds `snapshot import` reads (IMPORTED: lspci, dmidecode, ibstat/ibstatus, ipmitool
+sensor/sdr/sel/dcmi outputs); a snapshot holding only `kmsg.txt` for kernel logs; a
 BMC-only snapshot holding `redfish/` for Redfish trees (collections a mockup held back, listed in
 its `_omitted_paths.txt`, are rebuilt from their members, as the BMC would have answered them).
 Fabric Manager's log is judged by fabric.sxid directly: `audit` runs that check only with a kernel log.
@@ -47,7 +50,9 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
 EXPECT = FIXTURES / "expect"
 MANIFEST = EXPECT / "MANIFEST.yaml"
-INGESTED = ("nvidia-smi-q", "nvidia-smi-xml", "kernel-log", "fabric-manager-log", "redfish-tree")
+IMPORTED = ("lspci", "dmidecode", "ibstat", "ibstatus", "ipmitool-sensor", "ipmitool-sel", "ipmitool-sdr",
+            "ipmitool-dcmi")  # through `snapshot import` (agent/importers/bundle.py)
+INGESTED = ("nvidia-smi-q", "nvidia-smi-xml", "kernel-log", "fabric-manager-log", "redfish-tree", *IMPORTED)
 CONCLUSIONS = ("warn", "fail", "unknown")  # listed one by one; skips are listed per check
 ENTRY_KEYS = {"check", "subject", "status", "severity", "action", "reason", "certainty", "note"}
 FILE_KEYS = {"capture", "original", "kind", "status", "certainty", "healthy", "reading", "note", "audit", "findings",
@@ -198,6 +203,12 @@ def run_capture(capture: str, kind: str, work: Path, config: Path) -> Outcome:
         return _audit(work, config)
     if kind == "fabric-manager-log":
         return _fabric_manager_log(source, work, exp)
+    if kind in IMPORTED:
+        snapshot = work / "snapshot"
+        code, out, err = _cli("snapshot", "import", str(source), "--out", str(snapshot))
+        if code != 0:
+            return Outcome(code, error=(out + err).strip())
+        return _audit(snapshot, config)
     raise AssertionError(f"{capture}: no runner for kind {kind}")
 
 

@@ -111,8 +111,12 @@ def test_a_bmc_only_snapshot_audits_from_what_was_read(run_cli: RunCli, tmp_path
     for source in ("host", "nvml", "kmsg"):
         skipped = found[("source.available", source)]
         assert skipped["status"] == "skip" and "not in this audit" in skipped["message"]
+    # gpu.firmware.vbios is the one GPU check a BMC answers (issue 13 rule 4): the BMC's GPU inventory.
     assert not [f for f in report["findings"] if f["check"].split(".")[0] in ("host", "gpu", "net", "ib", "pcie",
-                                                                             "fabric", "topology")]
+                                                                             "fabric", "topology")
+                and f["check"] != "gpu.firmware.vbios"]
+    assert {f["subject"] for f in report["findings"] if f["check"] == "gpu.firmware.vbios"} == {
+        "NVIDIA H100 NVL [PCI-E Slot 14]", "NVIDIA H100 NVL [PCI-E Slot 16]"}
     identity = found[("crosscheck.identity", "bmc")]
     assert identity["status"] == "skip" and "BMC-only audit" in identity["message"]
     assert not [f for f in report["findings"] if f["check"].startswith("crosscheck.gpu")]
@@ -144,7 +148,8 @@ def test_a_jump_host_without_gpus_audits_the_remote_bmc_alone(run_cli: RunCli, t
     assert identity["status"] == "skip" and "from a host without NVIDIA GPUs" in identity["message"]
     assert "describes another node" in identity["message"] and HPE_UUID in identity["message"]
     assert by_key(report)[("source.available", "host")]["status"] == "skip"
-    assert not [f for f in report["findings"] if f["check"].startswith(("host.", "gpu.", "crosscheck.gpu"))]
+    assert not [f for f in report["findings"] if f["check"].startswith(("host.", "gpu.", "crosscheck.gpu"))
+                and f["check"] != "gpu.firmware.vbios"]  # the BMC's GPU inventory answers that one
 
 
 # --- a BMC of another node, read with the host -----------------------------------------------------

@@ -169,3 +169,27 @@ def test_ibstatus_keeps_the_kernel_text(run_cli: RunCli, tmp_path: Path) -> None
     assert (port / "state").read_text() == "4: ACTIVE\n"
     assert (port / "rate").read_text() == "200 Gb/sec (4X HDR)\n"
     assert (port / "link_layer").read_text() == "InfiniBand\n"
+
+
+# --- dmidecode ---------------------------------------------------------------------------------------
+
+DMI_T39 = [IB / "ironlib-dell-r6515" / "dmidecode-t39-psu.txt", IB / "ironlib-supermicro-x11dph-t" / "dmidecode-t39-psu.txt"]
+
+
+@pytest.mark.parametrize("path", DMI_T39, ids=lambda p: p.parent.name)
+def test_a_dmidecode_dump_without_bios_system_board_or_chassis_records_is_refused_by_name(
+        path: Path, run_cli: RunCli, tmp_path: Path) -> None:
+    """`dmidecode -t 39` (power supplies only) feeds nothing /sys/class/dmi/id shows: one clear refusal."""
+    result = run_cli("snapshot", "import", str(path), "--out", str(tmp_path / "s"))
+    assert result.code == 2 and "Traceback" not in result.stderr
+    assert "no DMI record of type 0, 1, 2 or 3" in result.stderr and "types in it: 39" in result.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_dmidecode_dump_without_system_records_next_to_another_input_is_an_error_of_its_own(
+        run_cli: RunCli, tmp_path: Path) -> None:
+    meta = _import(run_cli, tmp_path / "snap", DMI_T39[0], LSPCI)
+    by_name = {Path(e["name"]).name: e for e in meta["inputs"]}
+    assert "no DMI record of type 0, 1, 2 or 3" in by_name["dmidecode-t39-psu.txt"]["error"]
+    assert by_name["lspci-vvv.txt"]["contributed"] and meta["host_parts"] == ["pci", "pci_links"]
+    assert not (tmp_path / "snap" / "fs" / "sys" / "class" / "dmi").exists()

@@ -15,7 +15,7 @@ LSPCI = REPO / "fixtures" / "sources" / "gpud-dell-xe9680" / "lspci-vvv.txt"
 def test_an_lspci_alone_judges_pci_and_skips_the_rest(run_cli: RunCli, tmp_path: Path, empty_config: Path) -> None:
     out = tmp_path / "snap"
     assert run_cli("snapshot", "import", str(LSPCI), "--out", str(out)).code == 0
-    assert yaml.safe_load((out / "meta.yaml").read_text())["host_parts"] == ["pci"]
+    assert yaml.safe_load((out / "meta.yaml").read_text())["host_parts"] == ["pci", "pci_links"]  # -vvv has LnkSta
     result = run_cli("audit", "--snapshot", str(out), "--config", str(empty_config), "--format", "json")
     report = result.json()
     assert result.code == 0, [f for f in report["findings"] if f["status"] == "fail"]

@@ -20,8 +20,8 @@ import pytest
 from agent.journal import LockHeld, StateDir
 from agent.remediate import target_lock
 from agent.sources.fsroot import SnapshotFs
-from remediations.targets import SnapshotTarget
 from remediations.sysctl import set_conf_key
+from remediations.targets import SnapshotTarget
 from tests.conftest import RunCli
 
 HOST_ACTIONS = {"cpu_governor:node", "sysctl:kernel.numa_balancing", "sysctl:net.core.rmem_max", "thp:enabled",

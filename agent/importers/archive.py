@@ -6,12 +6,15 @@ the target, redacted there, packed into a temporary .tar.gz in that folder
 dropped), then published by one rename (agent.fsutil.publish_dir: the target
 must not exist) and the temporary folder removed.
 
-`--redact serials,uuids,hostnames,macs,ips` replaces each value in every file of
-the snapshot with a token, the same value always with the same token (so
+`--redact serials,uuids,hostnames,macs,ips,guids` replaces each value in every file of
+the snapshot, and in the file and folder names of its Redfish tree (resources named by
+serial or host name; fs/ names are the kernel's), with a token, the same value always with the same token (so
 cross-checks between sources still match): serials (any JSON key or sysfs file
 named *serial*), UUIDs (any 8-4-4-4-12 hex), hostnames (meta.yaml's and the
 recorded hostname files), MACs (6-octet colon form, and every
-sys/class/net/*/address), IPv4 addresses.
+sys/class/net/*/address), IPv4 and IPv6 addresses, InfiniBand GUIDs (`0x` and 16
+hex digits as ibstat prints them, four colon groups as sysfs node_guid) and GIDs
+(eight groups of four: an IPv6 address in form, so `ips` or `guids` redacts it).
 
 Reading: the archive is read with the importer's rules (agent.importers.inputs:
 bounded, no links, no absolute names, no "..") and its files written into a
@@ -34,13 +37,21 @@ from typing import Any
 
 from agent.errors import SnapshotError
 
-REDACT_KINDS = ("serials", "uuids", "hostnames", "macs", "ips")
+REDACT_KINDS = ("serials", "uuids", "hostnames", "macs", "ips", "guids")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 _UUID_RE = re.compile(rb"(?<![0-9A-Fa-f])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
                       rb"(?![0-9A-Fa-f])")
 _MAC_RE = re.compile(rb"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:])")
 _IP_RE = re.compile(rb"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\d.])")
 _KEEP_IPS = {b"0.0.0.0", b"127.0.0.1", b"255.255.255.255"}
+_H4 = rb"[0-9A-Fa-f]{1,4}"
+# IPv6: eight groups, or a `::` with a group after it (never a bare `::`, `::1` or C++'s `std::`); not inside a
+# longer hex/colon run.
+_IP6_RE = re.compile(rb"(?<![0-9A-Fa-f:])(?:(?:" + _H4 + rb":){7}" + _H4 + rb"|(?:" + _H4 + rb":){1,6}:" + _H4
+                     + rb"(?::" + _H4 + rb"){0,5}|::(?:" + _H4 + rb":){1,6}" + _H4 + rb")(?![0-9A-Fa-f:])")
+_GID_RE = re.compile(rb"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{4}:){7}[0-9A-Fa-f]{4}(?![0-9A-Fa-f:])")
+_GUID_RE = re.compile(rb"(?<![0-9A-Za-z])0x[0-9A-Fa-f]{16}(?![0-9A-Za-z])")  # ibstat's Node/Port GUID
+_GUID4_RE = re.compile(rb"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{4}:){3}[0-9A-Fa-f]{4}(?![0-9A-Fa-f:])")  # sysfs node_guid
 _PLACEHOLDERS = {"", "0", "n/a", "na", "none", "null", "not specified", "to be filled by o.e.m.", "default string",
                  "unknown", "[n/a]", "0123456789", "system serial number"}
 _HOST_FILES = ("fs/proc/sys/kernel/hostname", "fs/etc/hostname")
@@ -120,12 +131,14 @@ class Redactor:
         self.kinds = kinds
         self.tokens: dict[bytes, bytes] = {}
         self.literals: dict[str, set[bytes]] = {}
+        self.issued: set[bytes] = set()  # tokens handed out: a later pattern must not redact them again
 
     def token(self, kind: str, value: bytes) -> bytes:
-        key = value.lower() if kind in ("uuid", "mac") else value
+        key = value.lower() if kind in ("uuid", "mac", "gid", "guid", "guid4", "ip6") else value
         if key not in self.tokens:
             n = sum(1 for t in self.tokens.values() if t.startswith(_PREFIX[kind])) + 1
             self.tokens[key] = _shape(kind, n)
+            self.issued.add(self.tokens[key].lower())
         return self.tokens[key]
 
     def apply(self, data: bytes) -> bytes:
@@ -137,13 +150,38 @@ class Redactor:
             data = _UUID_RE.sub(lambda m: self.token("uuid", m.group(0)), data)
         if "macs" in self.kinds:
             data = _MAC_RE.sub(lambda m: self.token("mac", m.group(0)), data)
+        if "guids" in self.kinds:  # before IPv6: a GID keeps its GID-shaped token
+            data = _GID_RE.sub(lambda m: self._keep_zero(m.group(0), "gid"), data)
+            data = _GUID_RE.sub(lambda m: self._keep_zero(m.group(0), "guid"), data)
+            data = _GUID4_RE.sub(lambda m: self._keep_zero(m.group(0), "guid4"), data)
         if "ips" in self.kinds:
             data = _IP_RE.sub(lambda m: m.group(0) if _not_an_ip(m.group(0)) else self.token("ip", m.group(0)), data)
+            data = _IP6_RE.sub(lambda m: self._keep_zero(m.group(0), "ip6"), data)
         return data
+
+    def _keep_zero(self, value: bytes, kind: str) -> bytes:
+        """An all-zero GUID/GID (an unset port) or one of our own tokens stays as it is."""
+        if not value.strip(b"0x:") or value.lower() in self.issued:
+            return value
+        return self.token(kind, value)
+
+    def rename_tree(self, root: Path) -> None:
+        """File and folder names under `root` with the same replacements (deepest first).
+
+        Only for trees named by outside identifiers (a Redfish tree: resources by serial or host);
+        fs/ holds kernel-defined names (EFI variables carry their vendor GUID) and is left as it is.
+        """
+        for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if path.is_symlink():
+                continue
+            name = self.apply(path.name.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+            if name != path.name and "/" not in name and name not in (".", ".."):
+                path.rename(path.with_name(name))
 
 
 _PREFIX = {"serial": b"REDACTED-SN-", "host": b"redacted-host-", "uuid": b"00000000-0000-4000-8000-",
-           "mac": b"02:00:00:", "ip": b"192.0."}
+           "mac": b"02:00:00:", "ip": b"192.0.", "ip6": b"2001:db8::", "gid": b"fe80:0000:0000:0000:0000:0000:",
+           "guid": b"0x00000000", "guid4": b"0000:0000:"}
 
 
 def _not_an_ip(text: bytes) -> bool:
@@ -158,6 +196,14 @@ def _shape(kind: str, n: int) -> bytes:
         return _PREFIX[kind] + f"{n >> 16 & 0xFF:02x}:{n >> 8 & 0xFF:02x}:{n & 0xFF:02x}".encode()
     if kind == "ip":
         return _PREFIX[kind] + f"{2 + (n >> 8) % 254}.{n % 256}".encode()  # TEST-NET style, never routable here
+    if kind == "ip6":
+        return _PREFIX[kind] + f"{n:x}".encode()  # 2001:db8::/32, the documentation prefix
+    if kind == "gid":
+        return _PREFIX[kind] + f"{n >> 16 & 0xFFFF:04x}:{n & 0xFFFF:04x}".encode()
+    if kind == "guid":
+        return _PREFIX[kind] + f"{n:08x}".encode()
+    if kind == "guid4":
+        return _PREFIX[kind] + f"{n >> 16 & 0xFFFF:04x}:{n & 0xFFFF:04x}".encode()
     return _PREFIX[kind] + f"{n:04d}".encode()
 
 
@@ -170,6 +216,8 @@ def redact_tree(root: Path, kinds: tuple[str, ...]) -> Redactor:
         new = redactor.apply(data)
         if new != data:
             path.write_bytes(new)  # our own 0700 temporary folder, never a link (rglob files, checked)
+    if (root / "redfish").is_dir():
+        redactor.rename_tree(root / "redfish")
     return redactor
 
 

@@ -11,6 +11,10 @@ object with
   it holds to the `Builder`; raise `InputError` (one line naming what is wrong)
   when it is not usable. Nothing else may escape: the runner turns any other
   exception into an error for this input, never a traceback, and goes on.
+* optionally `contribute_lines(lines, builder) -> Contribution`: the same, from the
+  input's text as an iterator of lines (`text_lines`), for kinds that can be
+  huge (kernel logs, bug reports): a large input is then streamed to it and
+  never held whole. Importers without it get the whole content as bytes.
 
 The `Builder` holds the snapshot in memory (files under fs/, recorded links,
 kernel log lines, nvml.json, ipmi.json parts, Redfish resources); `bundle`
@@ -21,16 +25,20 @@ file wins (a later one is told it was skipped, and why).
 
 from __future__ import annotations
 
+import io
 import posixpath
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from agent.errors import SnapshotError
+from agent.importers.nvml_merge import GpuPart, adopt_full, merge_parts, new_document
 
 HEAD_BYTES = 64 * 1024  # what `detect` sees
 MAX_FS_FILE = 1 << 20  # what SnapshotFs will read of one sysfs/procfs value
 MAX_KMSG_LINES = 200_000  # agent.sources.kmsg.MAX_RECORDS: the reader keeps no more
+MAX_LINE = 1 << 20  # characters: `text_lines` hands a longer line on in pieces
 _FS_PATH_RE = re.compile(r"^(?:proc|sys|etc|run|var)/[A-Za-z0-9_.:@+,=-]+(?:/[A-Za-z0-9_.:@+,=-]+)*$")
 
 
@@ -61,6 +69,23 @@ def decode_text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
 
 
+def text_lines(stream: IO[bytes] | io.RawIOBase, max_line: int = MAX_LINE) -> Iterator[str]:
+    """The lines of a text read as `decode_text` reads it, in order, each with its "\\n" (split at "\\n" only).
+
+    "".join() of them is decode_text() of the whole; a line longer than `max_line` characters comes in
+    pieces, so memory stays bounded whatever the input holds.
+    """
+    buffered = io.BufferedReader(stream, 1 << 16)  # type: ignore[type-var]  # any readinto() will do
+    encoding = "utf-16" if buffered.peek(2)[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    text = io.TextIOWrapper(buffered, encoding=encoding, errors="replace", newline="\n")
+    try:
+        while line := text.readline(max_line):
+            yield line
+    finally:  # leave `stream` open: its owner finishes reading it
+        text.detach()
+        buffered.detach()
+
+
 def looks_binary(head: bytes) -> bool:
     return b"\x00" in head[:4096] and not head.startswith((b"\xff\xfe", b"\xfe\xff"))
 
@@ -77,6 +102,10 @@ class Builder:
     kmsg_from: list[str] = field(default_factory=list)
     nvml: dict[str, Any] | None = None
     nvml_from: str | None = None
+    nvml_partial: bool = False  # the recording so far holds only facts from partial captures (nvlink -s, CSV)
+    nvml_full_from: str | None = None  # the input whose full dump (-q) is in it
+    nvml_also: list[str] = field(default_factory=list)  # later inputs that added NVML facts
+    nvml_owners: dict[str, str] = field(default_factory=dict)  # "<gpu>/<key>" -> the input that gave it
     ipmi: dict[str, Any] = field(default_factory=dict)  # ipmi.json parts: sensors, sel, power, ...
     ipmi_from: dict[str, str] = field(default_factory=dict)
     redfish: dict[str, bytes] = field(default_factory=dict)  # "redfish/v1/Systems/1/index.json" -> body
@@ -138,11 +167,35 @@ class Builder:
         return added
 
     def set_nvml(self, document: dict[str, Any], result: Contribution) -> bool:
+        if self.nvml is not None and self.nvml_partial:  # partial captures came first: their facts stay
+            self.nvml, self.nvml_owners, skipped = adopt_full(self.nvml, self.nvml_owners, self.nvml_from or "",
+                                                              document, self.current)
+            result.skipped.extend(skipped)
+            self.nvml_partial, self.nvml_full_from = False, self.current
+            self._nvml_fed()
+            return True
         if self.nvml is not None:
-            result.skipped.append(f"the NVML recording: already taken from {self.nvml_from}")
+            result.skipped.append(f"the NVML recording: already taken from {self.nvml_full_from or self.nvml_from}")
             return False
-        self.nvml, self.nvml_from = document, self.current
+        self.nvml, self.nvml_from, self.nvml_full_from = document, self.current, self.current
         return True
+
+    def add_nvml_facts(self, parts: list[GpuPart], system: dict[str, Any], result: Contribution) -> int:
+        """Facts of a partial capture (nvlink -s, --query-gpu CSV) merged GPU by GPU; the number added."""
+        fresh = self.nvml is None
+        if self.nvml is None:
+            self.nvml, self.nvml_from, self.nvml_partial = new_document(), self.current, True
+        added, skipped = merge_parts(self.nvml, self.nvml_owners, self.nvml_from or "", parts, system, self.current)
+        result.skipped.extend(skipped)
+        if added:
+            self._nvml_fed()
+        elif fresh:  # nothing usable: no NVML recording at all
+            self.nvml, self.nvml_from, self.nvml_partial = None, None, False
+        return added
+
+    def _nvml_fed(self) -> None:
+        if self.current != self.nvml_from and self.current not in self.nvml_also:
+            self.nvml_also.append(self.current)
 
     def set_ipmi(self, part: str, value: Any, result: Contribution) -> bool:
         if part in self.ipmi:
@@ -177,7 +230,8 @@ class Builder:
         """Each recorded source -> the inputs that gave it something (meta.yaml `fed_by`, the report's detail)."""
         fed: dict[str, list[str]] = {
             "host": sorted(set(self.fs_owner.values())), "kmsg": list(self.kmsg_from),
-            "nvml": [self.nvml_from] if self.nvml_from else [], "ipmi": sorted(set(self.ipmi_from.values())),
+            "nvml": [self.nvml_from, *self.nvml_also] if self.nvml_from else [],
+            "ipmi": sorted(set(self.ipmi_from.values())),
             "redfish": list(self.redfish_from)}
         return {source: names for source, names in fed.items() if names}
 
@@ -207,11 +261,22 @@ def detect_kind(head: bytes, name: str, kinds: list[Importer]) -> Importer | Non
     return None
 
 
-def run_importer(importer: Importer, data: bytes, builder: Builder, name: str) -> Contribution:
-    """`importer.contribute`, with any failure turned into an InputError naming `name` (never a traceback)."""
+def run_importer(importer: Importer, data: bytes | IO[bytes] | io.RawIOBase, builder: Builder,
+                 name: str) -> Contribution:
+    """`importer.contribute`, with any failure turned into an InputError naming `name` (never a traceback).
+
+    `data` may be a stream (a large input, `agent.importers.inputs.Content`): it goes to the importer's
+    `contribute_lines` when it has one, else it is read whole (the stream bounds itself) for `contribute`.
+    """
     previous = builder.current
     builder.current = name
     try:
+        if not isinstance(data, bytes):
+            streamed = getattr(importer, "contribute_lines", None)
+            if streamed is not None:
+                result: Contribution = streamed(text_lines(data), builder)
+                return result
+            data = data.read() or b""
         return importer.contribute(data, builder)
     except InputError:
         raise

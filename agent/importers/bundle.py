@@ -16,9 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agent import __version__
 from agent.errors import SnapshotError
@@ -32,7 +33,7 @@ from agent.importers.base import (
     looks_binary,
     run_importer,
 )
-from agent.importers.inputs import Budget, Entry, Reader
+from agent.importers.inputs import STREAM_ABOVE, Budget, Content, Entry, Reader
 
 
 def importers() -> list[Importer]:
@@ -46,7 +47,19 @@ def importers() -> list[Importer]:
     from agent.importers.nvidia_smi_kind import NvidiaSmiImporter
 
     sections: list[Importer] = [NvidiaSmiImporter(), DmidecodeImporter(), LspciImporter(), KernelLogImporter()]
-    return [BugReportImporter(sections), *sections, IpmitoolImporter(), IbstatImporter()]
+    from agent.importers.ethtool import EthtoolImporter
+    from agent.importers.ip_link import IpLinkImporter
+    from agent.importers.lsmod import LsmodImporter
+    from agent.importers.nvidia_smi_csv import NvidiaSmiCsvImporter
+    from agent.importers.nvidia_smi_nvlink import NvidiaSmiNvlinkImporter
+    from agent.importers.nvidia_smi_topo import NvidiaSmiTopoImporter
+    more: list[Importer] = [NvidiaSmiNvlinkImporter(), NvidiaSmiTopoImporter(), NvidiaSmiCsvImporter(),
+                            IpLinkImporter(), EthtoolImporter(), LsmodImporter()]
+    from agent.importers.redfish_mockup import RedfishMockupImporter
+    from agent.importers.sosreport import SosreportImporter
+    rest: list[Importer] = [BugReportImporter(sections), *sections, IpmitoolImporter(), IbstatImporter(), *more,
+                            RedfishMockupImporter()]
+    return [SosreportImporter(rest), *rest]  # a sos report's files are claimed by their path, judged at the end
 
 
 def kind_names() -> list[str]:
@@ -86,16 +99,18 @@ def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = 
         raise SnapshotError("output exists and is not an empty directory; refusing to overwrite", path=str(out))
     builder = Builder()
     entries: list[Entry] = []
-    for entry in Reader(budget).read_paths(paths):
+    for entry in Reader(budget, stream_above=STREAM_ABOVE).read_paths(paths):  # a large file comes as a stream
         entries.append(entry)
-        if entry.data is None:
+        if entry.data is None and entry.content is None:
             continue
-        data, entry.data = entry.data, None
+        data: bytes | Content = entry.data if entry.data is not None else cast(Content, entry.content)
+        head = data[:HEAD_BYTES] if isinstance(data, bytes) else data.head
+        entry.data = entry.content = None
         want = _forced_kind(entry, forced)
-        importer = by_name[want] if want else detect_kind(data[:HEAD_BYTES], entry.name, kinds)
+        importer = by_name[want] if want else detect_kind(head, entry.name, kinds)
         if importer is None:
             entry.kind = "unknown"
-            entry.skipped.append("not a kind nodewarden imports (binary)" if looks_binary(data[:4096]) else
+            entry.skipped.append("not a kind nodewarden imports (binary)" if looks_binary(head[:4096]) else
                                  f"not a kind nodewarden imports ({', '.join(by_name)}); "
                                  "name one with --as KIND=FILE")
             continue
@@ -107,6 +122,10 @@ def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = 
                 f"line {exc.line}: {exc.message}")
             continue
         entry.contributed, entry.skipped = result.contributed, entry.skipped + result.skipped
+    for importer in kinds:  # a kind that sees a group of files (a sos report) judges them once all are read
+        finish = getattr(importer, "finish", None)
+        if finish is not None:
+            finish(builder, entries)
     if not builder.captured:
         problems = [f"{e.name}: {e.error}" for e in entries if e.error][:3]
         raise SnapshotError("nothing to import: no input holds a kind nodewarden reads"
@@ -115,16 +134,23 @@ def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = 
     return ImportSummary(builder.captured, entries)
 
 
-def put_file(root: Path, rel: str, data: bytes) -> None:
-    """A new file inside our private 0700 folder (never through a link: O_EXCL | O_NOFOLLOW)."""
+def put_file(root: Path, rel: str, data: bytes | Iterable[bytes]) -> None:
+    """A new file inside our private 0700 folder (never through a link: O_EXCL | O_NOFOLLOW), `data` in parts or not."""
     target = root / rel
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         from agent.fsutil import write_all
-        write_all(fd, data)
+        for part in [data] if isinstance(data, bytes) else data:
+            write_all(fd, part)
     finally:
         os.close(fd)
+
+
+def _lines_in_parts(lines: list[str], per_part: int = 8192) -> Iterator[bytes]:
+    """kmsg.txt in parts of `per_part` lines: a full kernel log is never one more copy in memory."""
+    for start in range(0, len(lines), per_part):
+        yield ("\n".join(lines[start:start + per_part]) + "\n").encode("utf-8", "surrogateescape")
 
 
 def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
@@ -140,7 +166,7 @@ def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
             (tmp / "fs" / os.path.dirname(link)).mkdir(parents=True, exist_ok=True, mode=0o755)
         put_file(tmp, "fs_links.json", (json.dumps(builder.links, indent=1, sort_keys=True) + "\n").encode())
     if builder.kmsg:
-        put_file(tmp, "kmsg.txt", ("\n".join(builder.kmsg) + "\n").encode("utf-8", "surrogateescape"))
+        put_file(tmp, "kmsg.txt", _lines_in_parts(builder.kmsg))
     if builder.nvml is not None:
         put_file(tmp, "nvml.json", (json.dumps(builder.nvml, indent=1, sort_keys=True) + "\n").encode())
     if builder.ipmi:
@@ -166,5 +192,5 @@ def _ipmi_document(parts: dict[str, Any]) -> dict[str, Any]:
 
     document: dict[str, Any] = {"format": RECORD_FORMAT, "requests": 0}
     for part in PARTS:
-        document[part] = parts.get(part, {"error": "not in this snapshot"})
+        document[part] = parts.get(part, {"not_captured": "not in this snapshot (no input held it)"})
     return document

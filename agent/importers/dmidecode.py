@@ -4,7 +4,8 @@ dmidecode prints records ("Handle 0x0100, DMI type 1, 27 bytes", a title, then
 tab-indented "Key: Value" lines); the kernel's dmi/id files hold the same
 strings (drivers/firmware/dmi-id.c). Only types 0 (BIOS), 1 (System), 2 (Base
 Board) and 3 (Chassis) feed those files; the other records are counted as
-not used. dmidecode's placeholders ("Not Specified", "To Be Filled By O.E.M.")
+not used; a dump holding none of those four (`dmidecode -t 39`, power
+supplies only) is refused by name. dmidecode's placeholders ("Not Specified", "To Be Filled By O.E.M.")
 are what the firmware holds, and are kept as printed.
 """
 
@@ -65,6 +66,10 @@ class DmidecodeImporter:
         values, types = parse_dmidecode(decode_text(data))
         if not types:
             raise InputError("no DMI record in it", path=builder.current)
+        if not values:  # e.g. `dmidecode -t 39` (power supplies): nothing /sys/class/dmi/id would show
+            raise InputError("no DMI record of type 0, 1, 2 or 3 (BIOS, System, Base Board, Chassis), the "
+                             f"records the audit reads (types in it: {', '.join(map(str, sorted(types)[:20]))})",
+                             path=builder.current)
         written = [name for name, value in values.items() if builder.put_fs(f"{DMI_DIR}/{name}", value, result,
                                                                               newline=True)]
         if written:

@@ -15,6 +15,16 @@ bzip2, zip, tar magic), whatever the file is called; an archive inside an
 archive is opened too, `MAX_NESTING` deep. A corrupt or truncated input is one
 error naming it; what came before it in the same archive, and every other
 input, still imports.
+
+Streaming (`Reader(stream_above=N)`, what `snapshot import` uses): a file or
+member larger than N bytes is not read into memory but handed on as
+`Entry.content`, a `Content` stream read once, in order, while the entry is
+being imported (it is valid until the next entry is asked for); the Reader then
+reads what the importer left, so size and sha256 cover the whole, and every cap
+holds as before. A cap reached or corrupt data met while an importer reads is an
+`InputError` to it; the Reader records it as it records it for an entry read
+whole (on the archive for a compressed file or tar member). Archives inside
+archives are still read whole (bounded by `MAX_MEMBER`).
 """
 
 from __future__ import annotations
@@ -34,11 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
+from agent.importers.base import HEAD_BYTES, InputError
+
 MAX_TOTAL = 2 << 30  # uncompressed bytes over all inputs
 MAX_MEMBERS = 100_000
 MAX_MEMBER = 512 << 20
 MAX_NESTING = 3  # tar.gz inside a zip inside a folder: enough for any support bundle
 MAX_FOLDER_DEPTH = 32
+STREAM_ABOVE = 8 << 20  # bytes: a larger file is streamed to its importer (Reader(stream_above=...))
 _CHUNK = 1 << 20
 _TAR_HEAD = 512
 
@@ -59,6 +72,7 @@ class Entry:
     contributed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     data: bytes | None = field(default=None, repr=False)  # a file's content, None for containers and refusals
+    content: Content | None = field(default=None, repr=False)  # instead of `data`: a large file, streamed
     forced: str | None = None  # --as KIND
 
     def to_json(self) -> dict[str, Any]:
@@ -168,6 +182,84 @@ class _Counted(io.RawIOBase):
         return got
 
 
+class Content(io.RawIOBase):
+    """A large file's content, read once and in order by its importer: counted, hashed and capped as it goes.
+
+    `head` is its first HEAD_BYTES (what kind detection sees). A cap reached or a corrupt stream
+    underneath is raised to the importer as InputError and kept in `failure` for the Reader.
+    """
+
+    def __init__(self, prefix: bytes, rest: IO[bytes] | io.RawIOBase, *, limit: int, what: str,
+                 budget: Budget | None = None, expected: int | None = None) -> None:
+        super().__init__()
+        self.head = prefix[:HEAD_BYTES]
+        self._prefix: bytes | memoryview = prefix
+        self._rest, self._budget, self.limit, self.what, self.expected = rest, budget, limit, what, expected
+        self.size = len(prefix)
+        self._digest = hashlib.sha256(prefix)
+        self.failure: BaseException | None = None
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._prefix:
+            n = min(len(view), len(self._prefix))
+            view[:n] = self._prefix[:n]
+            self._prefix = memoryview(self._prefix)[n:] if n < len(self._prefix) else b""
+            return n
+        if self.failure is not None:
+            raise InputError(_failure_text(self.failure))
+        if self._ended:
+            return 0
+        try:
+            chunk = self._rest.read(min(len(view), _CHUNK))
+            if not chunk:
+                self._ended = True
+                if self.expected is not None and self.size != self.expected:
+                    raise EOFError(f"{self.what}: truncated")
+                return 0
+            self.size += len(chunk)
+            if self.size > self.limit:
+                raise LimitReached(f"{self.what}: more than {_size(self.limit)}: refused (not read further)")
+            if self._budget is not None:
+                self._budget.take(len(chunk))
+        except (LimitReached, *_CORRUPT) as exc:
+            self.failure = exc
+            raise InputError(_failure_text(exc)) from None
+        self._digest.update(chunk)
+        view[:len(chunk)] = chunk
+        return len(chunk)
+
+    def finish(self) -> str:
+        """Read what the importer left (counted, hashed); the whole content's sha256, or the failure raised."""
+        self._prefix = b""
+        while not self._ended and self.failure is None:
+            try:
+                self.readinto(bytearray(_CHUNK))
+            except InputError:
+                break
+        if self.failure is not None:
+            raise self.failure
+        return self._digest.hexdigest()
+
+
+def _failure_text(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, LimitReached) else f"corrupt or truncated: {_why(exc)}"
+
+
+def _read_upto(stream: IO[bytes] | io.RawIOBase, nbytes: int) -> bytes:
+    """Up to `nbytes` (fewer only at the end of the stream)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < nbytes and (chunk := stream.read(min(_CHUNK, nbytes - total))):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
 def _read_all(stream: IO[bytes] | io.RawIOBase, limit: int, what: str) -> bytes:
     chunks: list[bytes] = []
     total = 0
@@ -186,8 +278,9 @@ def _digest(data: bytes) -> str:
 class Reader:
     """Expands inputs into `Entry`s: containers first (filled in as they are read), then their files."""
 
-    def __init__(self, budget: Budget | None = None) -> None:
+    def __init__(self, budget: Budget | None = None, stream_above: int | None = None) -> None:
         self.budget = budget or Budget()
+        self.stream_above = stream_above  # None: every file's content as bytes (Entry.data)
         self.stopped: str | None = None  # a cap over all inputs was reached
 
     def read_paths(self, paths: list[Path]) -> Iterator[Entry]:
@@ -264,26 +357,47 @@ class Reader:
             handle.seek(0)
             kind = container_kind(head)
             if kind is None:
-                yield self._plain(shown, handle, info.st_size)
+                yield from self._plain(shown, handle, info.st_size)
                 return
             entry = Entry(shown, size=info.st_size, sha256=_file_digest(handle), kind=f"{kind} archive")
             handle.seek(0)
             yield entry
             yield from self._container(handle, kind, entry, 0)
 
-    def _plain(self, shown: str, handle: IO[bytes], size: int) -> Entry:
+    def _plain(self, shown: str, handle: IO[bytes], size: int) -> Iterator[Entry]:
         if size > self.budget.member:
-            return Entry(shown, size=size, error=f"{_size(size)} or more: larger than the {_size(self.budget.member)} "
-                                                 "one input may hold: refused (not read)")
+            yield Entry(shown, size=size, error=f"{_size(size)} or more: larger than the {_size(self.budget.member)} "
+                                                "one input may hold: refused (not read)")
+            return
+        entry: Entry | None = None
         try:
+            if self.stream_above is not None and size > self.stream_above:
+                prefix = _read_upto(handle, self.stream_above)
+                self.budget.take(len(prefix))
+                content = Content(prefix, handle, limit=self.budget.member, what=shown, budget=self.budget)
+                del prefix
+                entry = Entry(shown, size=size, content=content)
+                yield entry
+                entry.content = None
+                entry.sha256 = content.finish()
+                entry.size = content.size
+                return
             data = _read_all(handle, self.budget.member, shown)
             self.budget.take(len(data))
         except LimitReached as exc:
             self.stopped = self.stopped or (str(exc) if "over all inputs" in str(exc) else None)
-            return Entry(shown, size=size, error=str(exc))
+            if entry is None:
+                yield Entry(shown, size=size, error=str(exc))
+            else:
+                entry.error = entry.error or str(exc)
+            return
         except OSError as exc:
-            return Entry(shown, size=size, error=f"cannot read: {exc.strerror}")
-        return Entry(shown, size=len(data), sha256=_digest(data), data=data)
+            if entry is None:
+                yield Entry(shown, size=size, error=f"cannot read: {exc.strerror}")
+            else:
+                entry.error = entry.error or f"cannot read: {exc.strerror}"
+            return
+        yield Entry(shown, size=len(data), sha256=_digest(data), data=data)
 
     # --- archives ------------------------------------------------------------------------------
 
@@ -318,9 +432,38 @@ class Reader:
         if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
             entry.error = "binary data inside (no kind nodewarden imports): not read further"
             return
-        data = _read_all(stream, self.budget.member, entry.name)
         name = entry.name.rsplit(".", 1)[0] if entry.name.endswith((".gz", ".xz", ".bz2")) else entry.name
+        if self.stream_above is not None:
+            prefix = _read_upto(stream, self.stream_above + 1)
+            if len(prefix) > self.stream_above:
+                yield from self._streamed(f"{name} (uncompressed)", prefix, stream, depth, None, budget=None)
+                return
+            data = prefix
+        else:
+            data = _read_all(stream, self.budget.member, entry.name)
         yield from self._member(f"{name} (uncompressed)", data, depth)
+
+    def _streamed(self, name: str, prefix: bytes, rest: IO[bytes] | io.RawIOBase, depth: int, expected: int | None,
+                  budget: Budget | None) -> Iterator[Entry]:
+        """A file larger than `stream_above` whose first bytes are `prefix`: as a Content, or whole if an archive."""
+        if container_kind(prefix[:_TAR_HEAD + 512]) is not None:  # an archive inside: read whole, as before
+            data = prefix + _read_all(rest, self.budget.member - len(prefix), name)
+            if expected is not None and len(data) != expected:
+                raise EOFError(f"{name} is truncated")
+            yield from self._member(name, data, depth)
+            return
+        content = Content(prefix, rest, limit=self.budget.member, what=name, budget=budget, expected=expected)
+        del prefix
+        entry = Entry(name, size=expected, content=content)
+        yield entry
+        entry.content = None
+        try:
+            entry.sha256 = content.finish()
+        except (LimitReached, *_CORRUPT) as exc:
+            entry.error = entry.error or _failure_text(exc)
+            raise  # recorded on the archive too, as when the file was read whole
+        finally:
+            entry.size = content.size if expected is None else expected
 
     def _member(self, name: str, data: bytes, depth: int) -> Iterator[Entry]:
         kind = container_kind(data[:_TAR_HEAD + 512])
@@ -354,6 +497,10 @@ class Reader:
                 source = archive.extractfile(member)
                 if source is None:
                     continue
+                if self.stream_above is not None and member.size > self.stream_above:
+                    prefix = _read_upto(source, self.stream_above)
+                    yield from self._streamed(shown, prefix, source, depth, member.size, budget=None)
+                    continue
                 data = _read_all(source, self.budget.member, shown)
                 if len(data) != member.size:
                     raise EOFError(f"{member.name} is truncated")
@@ -382,6 +529,9 @@ class Reader:
                 if why is not None:
                     yield Entry(shown, size=info.file_size, error=f"refused: {why}")
                     continue
+                if self.stream_above is not None and info.file_size > self.stream_above:
+                    yield from self._zip_streamed(archive, info, shown, depth)
+                    continue
                 try:
                     with archive.open(info) as source:
                         counted = _Counted(source, self.budget, self.budget.member, shown)
@@ -395,6 +545,27 @@ class Reader:
                     yield Entry(shown, size=info.file_size, error=str(exc))
                     continue
                 yield from self._member(shown, data, depth)
+
+
+    def _zip_streamed(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str,
+                      depth: int) -> Iterator[Entry]:
+        """A large zip member as a Content; an error before it is handed on is an entry of its own, as before."""
+        handed = False
+        try:
+            with archive.open(info) as source:
+                counted = _Counted(source, self.budget, self.budget.member, shown)
+                prefix = _read_upto(counted, self.stream_above or 0)
+                for item in self._streamed(shown, prefix, counted, depth, None, budget=None):
+                    handed = True
+                    yield item
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            if not handed:
+                yield Entry(shown, size=info.file_size, error=f"corrupt member: {_why(exc)}")
+        except LimitReached as exc:
+            if "over all inputs" in str(exc):
+                raise
+            if not handed:
+                yield Entry(shown, size=info.file_size, error=str(exc))
 
 
 def _tar_refusal(member: tarfile.TarInfo) -> str | None:

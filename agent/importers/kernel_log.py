@@ -7,15 +7,23 @@ so the importer and the audit can never disagree). `journalctl -k -o json`
 line ("2025-01-02T07:20:12.123456+00:00 [  12.345678] msg") the reader parses.
 Lines that are no kernel record (journalctl's "-- Boot ... --", a command echoed
 at the top) are left out and counted.
+
+The log is read line by line (`contribute_lines`: a large one is streamed, never
+held whole) and only its last records are kept, as many as the snapshot may
+still hold (base.MAX_KMSG_LINES, what agent.sources.kmsg reads): the newest
+records are the ones an audit is about.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import re
+from collections import deque
+from collections.abc import Iterable
 
-from agent.importers.base import Builder, Contribution, InputError, decode_text
+from agent.importers.base import MAX_KMSG_LINES, Builder, Contribution, InputError, decode_text, text_lines
 from agent.sources.kmsg import parse_kmsg_line
 
 MAX_BYTES = 512 << 20
@@ -45,29 +53,46 @@ class KernelLogImporter:
         return stamped >= 1 and stamped * 10 >= len(lines) * 6
 
     def contribute(self, data: bytes, builder: Builder) -> Contribution:
-        result = Contribution()
         if len(data) > MAX_BYTES:
             raise InputError(f"larger than {MAX_BYTES >> 20} MiB: not read as a kernel log", path=builder.current)
-        kept: list[str] = []
-        dropped = 0
-        for line in decode_text(data).splitlines():
-            if not line.strip():
-                continue
-            if _is_journal_json(line):
-                converted = _from_json(line)
-                if converted is None:
+        return self.contribute_lines(text_lines(io.BytesIO(data)), builder)
+
+    def contribute_lines(self, lines: Iterable[str], builder: Builder) -> Contribution:
+        """The log's text in pieces that end at line ends (base.text_lines); only the last records are kept."""
+        result = Contribution()
+        room = max(MAX_KMSG_LINES - len(builder.kmsg), 0)
+        kept: deque[str] = deque(maxlen=room)  # a rolling tail: memory is bounded whatever the log's size
+        records = dropped = chars = 0
+        for piece in lines:
+            chars += len(piece)
+            if chars > MAX_BYTES:
+                raise InputError(f"larger than {MAX_BYTES >> 20} MiB: not read as a kernel log", path=builder.current)
+            for line in piece.splitlines():
+                if not line.strip():
+                    continue
+                record: str | None = line
+                if _is_journal_json(line):
+                    record = _from_json(line)
+                elif not (_stamped(line) or (line.startswith(" ") and records)):  # kmsg continuation lines stay
+                    record = None
+                if record is None:
                     dropped += 1
-                else:
-                    kept.append(converted)
-            elif _stamped(line) or (line.startswith(" ") and kept):  # /dev/kmsg continuation lines stay
-                kept.append(line)
-            else:
-                dropped += 1
-        if not kept:
+                    continue
+                kept.append(record)
+                records += 1
+        if not records:
             raise InputError("no kernel log record in it", path=builder.current)
-        added = builder.add_kmsg(kept, result)
+        older = records - len(kept)
+        tail = list(kept)
+        del kept
+        added = builder.add_kmsg(tail, result)
         result.contributed.append(f"kmsg.txt: {added} record(s)" + (
-            f" ({len(kept) - added} repeated an earlier input's)" if added < len(kept) else ""))
+            f" ({len(tail) - added} repeated an earlier input's)" if added < len(tail) else ""))
+        if older:
+            result.skipped.append(f"{older} older record(s): the snapshot keeps the last {MAX_KMSG_LINES} "
+                                  "kernel log lines (the reader keeps no more)" if room == MAX_KMSG_LINES else
+                                  f"{older} older record(s): earlier inputs left room for only the last {room} "
+                                  f"of its kernel log lines (the snapshot keeps {MAX_KMSG_LINES})")
         if dropped:
             result.skipped.append(f"{dropped} line(s) that are no kernel log record")
         return result

@@ -605,6 +605,8 @@ def parse_ipmi(raw: object) -> BmcFacts | Unknown:
 
     def part(name: str, parser: Callable[[Any], Any]) -> Any:
         value = raw[name]
+        if isinstance(value, dict) and "not_captured" in value:  # an imported snapshot: nobody sent it
+            return Unsupported(_text(value["not_captured"], f"{name}.not_captured"))
         if isinstance(value, dict) and "error" in value:
             why = _text(value["error"], f"{name}.error")
             problems.append(f"{name}: {why}")
@@ -627,7 +629,11 @@ def parse_ipmi(raw: object) -> BmcFacts | Unknown:
         health: Any = sensors
         causes: tuple[str, ...] = ()
     else:
-        temperatures, fans, psus = sensors.temperatures, sensors.fans, sensors.psus
+        # A kind of sensor the SDR (or the capture: a lone `dcmi power reading`) holds none of is not
+        # reported, never "all fine": its checks skip and say so.
+        temperatures = sensors.temperatures or Unsupported("the IPMI sensor list holds no temperature sensor")
+        fans = sensors.fans or Unsupported("the IPMI sensor list holds no fan sensor")
+        psus = sensors.psus or Unsupported("the IPMI sensor list holds no power supply sensor")
         power_w, health, causes = sensors.power_w, sensors.health, sensors.causes
     return BmcFacts(
         protocol="ipmi",
@@ -649,6 +655,7 @@ def parse_ipmi(raw: object) -> BmcFacts | Unknown:
         psus=psus,
         redundancy=NOT_OVER_IPMI,
         leak_detectors=NOT_OVER_IPMI,
+        switches=NOT_OVER_IPMI,
         power_consumed_w=power_w,
         bios_attributes=NOT_OVER_IPMI,
         events=events,

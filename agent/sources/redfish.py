@@ -39,6 +39,7 @@ from agent.facts import BmcFacts
 from agent.jsonfile import load_json_bytes, load_json_file
 from agent.model import SourceStatus, Unknown
 from agent.sources.redfish_parse import parse_bmc as parse_bmc  # noqa: PLC0414 - re-exported
+from agent.sources.redfish_registry import RegistryChain
 
 T = TypeVar("T")
 ROOT = "/redfish/v1"
@@ -297,6 +298,14 @@ def _describe(exc: BaseException) -> str:
     if "reset" in text.lower() or "RemoteDisconnected" in text or "Connection aborted" in text:
         return "connection reset"
     return name
+
+
+def _checked_path(path: str) -> str | None:
+    """`valid_path`, or None where it refuses the path."""
+    try:
+        return valid_path(path)
+    except RedfishError:
+        return None
 
 
 def _location_path(location: str | None) -> str | None:
@@ -558,6 +567,9 @@ class Walk:
         self.expand_refused = False
         self.caps_hit: set[str] = set()  # fan-out bounds the walk stopped at (reported as unknown)
         self._members_kept = 0
+        # Bios -> Registries -> MessageRegistryFile -> AttributeRegistry (agent.sources.redfish_registry):
+        # its failures are kept there, never among the walk's failed resources.
+        self.registry = RegistryChain(_checked_path)
 
     @staticmethod
     def _canonical(path: str, known: dict[str, str]) -> str:
@@ -596,17 +608,17 @@ class Walk:
         known: dict[str, str] = {}  # lower-case path -> the case the BMC served it with
         expanded: set[str] = set()  # paths requested with $expand
 
-        def submit(raw: str, parent: str | None = None) -> None:
+        def submit(raw: str, parent: str | None = None) -> str | None:
             try:
                 path = self._canonical(valid_path(raw), known)
             except RedfishError as exc:
                 self.errors[raw] = exc
-                return
+                return None
             if path.lower() in seen or self.auth_error is not None:
-                return
+                return None
             if len(seen) >= MAX_RESOURCES:
                 self.caps_hit.add(f"more than {MAX_RESOURCES} resources: the rest were not read")
-                return
+                return None
             seen.add(path.lower())
             expand = self.expand if (self.expand and not self.expand_refused
                                      and path.rsplit("/", 1)[-1] in COLLECTION_NAMES) else None
@@ -614,6 +626,15 @@ class Walk:
                 expanded.add(path)
             self.depth[path] = self.depth.get(parent, 0) + 1 if parent else 1
             pending[pool.submit(self.transport.get, path, expand)] = path
+            return path
+
+        def follow(path: str, body: dict[str, Any]) -> None:
+            replaces, chain = self.registry.plan(path, body, self.resources.get(ROOT))
+            for child in [] if replaces else _children(path, body):
+                submit(child, path)
+            for child in chain:
+                if (asked := submit(child, path)) is not None:
+                    self.registry.asked(asked)
 
         for path in start:
             submit(path)
@@ -624,17 +645,24 @@ class Walk:
                     self.timed_out = True
                     for future, path in pending.items():
                         future.cancel()
-                        self.errors[path] = RedfishError(path, f"no answer before the {self.deadline_s:g} s deadline")
+                        late = RedfishError(path, f"no answer before the {self.deadline_s:g} s deadline")
+                        if self.registry.owns(path):
+                            self.registry.failed(path, late.reason, None)
+                        else:
+                            self.errors[path] = late
                     break
                 done, _ = futures.wait(pending, timeout=remaining, return_when=futures.FIRST_COMPLETED)
                 for future in done:
                     path = pending.pop(future)
                     try:
                         body = future.result()
-                    except AuthFailed as exc:
-                        self.auth_error = exc
-                        continue
                     except RedfishError as exc:
+                        if self.registry.owns(path):  # a registry this BMC will not serve: aliases, not a failure
+                            self.registry.failed(path, exc.reason, exc.status)
+                            continue
+                        if isinstance(exc, AuthFailed):
+                            self.auth_error = exc
+                            continue
                         if path in expanded and exc.status in (400, 404, 405, 501):
                             # The service advertised $expand but refuses it: plain GETs from now on.
                             self.expand_refused = True
@@ -653,12 +681,10 @@ class Walk:
                         self.resources[member_path] = member
                         known[member_path.lower()] = member_path
                         self.depth[member_path] = self.depth.get(path, 1)
-                        for child in _children(member_path, member):
-                            submit(child, member_path)
+                        follow(member_path, member)
                     self.resources[path] = body
                     known[path.lower()] = path
-                    for child in _children(path, body):
-                        submit(child, path)
+                    follow(path, body)
         finally:
             # Do not wait for requests stuck on a hung BMC: their daemon threads end with their
             # timeouts, and nothing joins them at exit (the audit ends when it is done).

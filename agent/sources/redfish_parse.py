@@ -27,11 +27,14 @@ from agent.facts import (
     FirmwareItem,
 )
 from agent.model import Unknown, Unsupported
+from agent.sources.bios_registry import EnumRegistry, parse_attribute_registry
 from agent.sources.redfish_fields import ROOT, Problems, Res
 from agent.sources.redfish_logs import is_hardware_log, log_entries
+from agent.sources.redfish_registry import name_rank, registry_id
 
 NOT_CAUSES = ("SoftwareInventory.", "LogService.", "LogEntry.", "Collection", "Session.", "EventDestination.",
-              "Certificate", "ManagerAccount.", "Role.", "Task.", "Job.", "MessageRegistry")
+              "Certificate", "ManagerAccount.", "Role.", "Task.", "Job.", "MessageRegistry",
+              "AttributeRegistry.")
 CAUSE_KINDS = (("Drive.", "drive"), ("Memory.", "memory"), ("Processor.", "processor"), ("Storage.", "storage"),
                ("StorageController.", "storage controller"), ("PowerSupply.", "power supply"), ("Fan.", "fan"),
                ("Switch.", "switch"), ("NetworkAdapter.", "network adapter"), ("PCIeDevice.", "PCIe device"),
@@ -236,21 +239,27 @@ def _firmware(res: Mapping[str, dict[str, Any]], problems: Problems) -> list[Fir
         items.append(FirmwareItem(b.text("Name") or ident, version, component_id=ident,
                                   updateable=b.boolean("Updateable"), where=b.path,
                                   description=b.text("Description"), software_id=b.text("SoftwareId"),
-                                  model=related_models[0] if related_models else None, state=state))
+                                  model=related_models[0] if related_models else None, state=state,
+                                  related=tuple(b.links("RelatedItem")),
+                                  location=b.obj("Oem").obj("Hpe").text("DeviceContext")))
     return items
 
 
-def _bios(res: Mapping[str, dict[str, Any]], host: Res | None, problems: Problems,
-          missing: Callable[[str, str], Unknown]) -> tuple[dict[str, Any] | Unknown, BiosSettings | Unknown]:
-    """The current BIOS attributes and where changes to them go (the settings object).
-
-    The settings object is itself a `Bios` resource, so the current one is the host system's
-    `Bios` link, not just any resource of that type.
-    """
+def _current_bios(res: Mapping[str, dict[str, Any]], host: Res | None,
+                  problems: Problems) -> tuple[str, dict[str, Any]] | None:
+    """The host's current Bios resource. The settings object is itself a `Bios` resource, so the
+    current one is the host system's `Bios` link, not just any resource of that type."""
     found = _lookup(res, host.link("Bios")) if host else None
     if found is None:
         candidates = [b for b in _of_type(res, "Bios.", problems) if b.text("Id") != "Settings"]
         found = (candidates[0].path, candidates[0].body) if candidates else None
+    return found
+
+
+def _bios(res: Mapping[str, dict[str, Any]], host: Res | None, problems: Problems,
+          missing: Callable[[str, str], Unknown]) -> tuple[dict[str, Any] | Unknown, BiosSettings | Unknown]:
+    """The current BIOS attributes and where changes to them go (the settings object)."""
+    found = _current_bios(res, host, problems)
     if found is None:
         gone = missing("BIOS attributes", "/Bios")
         return gone, gone
@@ -268,6 +277,44 @@ def _bios(res: Mapping[str, dict[str, Any]], host: Res | None, problems: Problem
                                          if target else missing("the pending BIOS settings", settings_path))
     etag = Res(target[0], target[1], problems).text("@odata.etag") if target else None
     return attributes, BiosSettings(bios.path, target[0] if target else settings_path, apply_times, pending, etag)
+
+
+class _Chain(Protocol):
+    """What the parser needs from the walk's registry chain (agent.sources.redfish_registry)."""
+
+    def registry_paths(self, wanted: str) -> list[str]: ...
+
+    def reason(self, wanted: str) -> tuple[str, bool]: ...
+
+
+def _bios_registry(res: Mapping[str, dict[str, Any]], host: Res | None, problems: Problems,
+                   chain: _Chain | None) -> EnumRegistry | Unknown:
+    """The enumerations of the AttributeRegistry the host's Bios names (rule 5), or why there are none.
+
+    Only a registry reached through that Bios's chain and carrying its Id (or the same name in
+    another version) is used; anything else leaves `bios.attribute` to the profile's aliases.
+    """
+    found = _current_bios(res, host, problems)
+    wanted = registry_id(found[1]) if found else None
+    if found is None or wanted is None:
+        return Unsupported("the BIOS resource names no AttributeRegistry")
+    read = [hit for path in (chain.registry_paths(wanted) if chain else []) if (hit := _lookup(res, path))]
+    if not read:
+        reason, offers_none = chain.reason(wanted) if chain else ("the registry was not read", False)
+        text = f"attribute registry {wanted}: {reason}"
+        return Unsupported(text) if offers_none else Unknown(text)
+    why: list[str] = []
+    for path, body in read:
+        kind, ident = body.get("@odata.type"), body.get("Id")
+        if not (isinstance(kind, str) and "AttributeRegistry." in kind):
+            why.append(f"{path} is not an AttributeRegistry")
+        elif not isinstance(ident, str) or name_rank(ident, wanted) not in (0, 1):
+            why.append(f"{path} holds registry {str(ident)[:80]!r}, not the one the BIOS names")
+        elif parsed := parse_attribute_registry(body):
+            return parsed
+        else:
+            why.append(f"{path} lists no enumeration values")
+    return Unknown(f"attribute registry {wanted}: {why[0]}")
 
 
 _SYSTEM_ID = re.compile(r"^/redfish/v1/Systems/([^/]+)(?:/|$)", re.IGNORECASE)
@@ -441,6 +488,8 @@ def parse_bmc(walk: WalkResult, insecure: bool = False) -> BmcFacts:
     facts["leak_detectors"] = leaks if leaks is not None else missing("leak detection", "LeakDetect")
 
     facts["bios_attributes"], facts["bios_settings"] = _bios(res, host, problems, missing)
+    if not isinstance(facts["bios_attributes"], Unknown):
+        facts["bios_registry"] = _bios_registry(res, host, problems, getattr(walk, "registry", None))
     facts["events"] = _events(res, problems, walk.errors, missing)
 
     gpus = []
