@@ -35,7 +35,7 @@ from agent.facts import (
 )
 from agent.host_parts import mask_missing_parts
 from agent.matching import Identity, Selection, identify, identify_bmc, select
-from agent.model import Finding, SourceStatus, Status, Unknown, Unsupported
+from agent.model import Evidence, Finding, SourceStatus, Status, Unknown, Unsupported
 from agent.profiles import Profile, ProfileStore
 from agent.snapshot import Snapshot, open_snapshot, simulated_path
 from agent.sources.fsroot import FsRoot, LiveFs
@@ -376,6 +376,70 @@ def snapshot_feeds(snap: Snapshot) -> dict[str, list[str]]:
     return out
 
 
+EVIDENCE_AREAS_MAX = 200  # fact areas read back from meta.yaml `evidence` (an import writes ~30)
+EVIDENCE_REFS_MAX = 20  # inputs per area, and per finding (bundle.MAX_EVIDENCE)
+_EVIDENCE_SOURCES = ("host", "nvml", "kmsg", "redfish", "ipmi", "subject")
+
+
+def snapshot_evidence(snap: Snapshot) -> dict[str, tuple[Evidence, ...]]:
+    """meta.yaml `evidence` (fact area -> the inputs that gave it), read back bounded and type-checked.
+
+    meta.yaml is untrusted: only string areas and {file, kind, section} items with string fields are kept,
+    each cut to a length; what is left out is simply not shown. The renderers clean the text.
+    """
+    raw = snap.meta.get("evidence")
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, tuple[Evidence, ...]] = {}
+    for area, items in raw.items():
+        if len(out) >= EVIDENCE_AREAS_MAX:
+            break
+        if not isinstance(area, str) or not isinstance(items, list) or len(area) > 64:
+            continue
+        refs: list[Evidence] = []
+        for item in items[:EVIDENCE_REFS_MAX]:
+            if not isinstance(item, dict):
+                continue
+            file, kind, section = item.get("file"), item.get("kind"), item.get("section")
+            if isinstance(file, str) and file and isinstance(kind, str) and kind:
+                ref = Evidence(file[:300], kind[:64], section[:200] if isinstance(section, str) and section else None)
+                if ref not in refs:
+                    refs.append(ref)
+        if refs:
+            out[area] = tuple(refs)
+    return out
+
+
+def _areas_of(area: str, subject: str, evidence: dict[str, tuple[Evidence, ...]]) -> list[str]:
+    """The meta.yaml areas one of a check's `fact_areas` names ("sysctl" -> host.sysctl, "ipmi" -> ipmi.*)."""
+    if area == "subject":
+        area = subject if subject in _EVIDENCE_SOURCES[:-1] else ""
+    elif area not in _EVIDENCE_SOURCES and "." not in area:
+        area = f"host.{area}"  # a host part by name (agent.host_parts.HOST_PARTS)
+    if not area:
+        return []
+    if area in ("host", "ipmi"):
+        return [key for key in evidence if key.startswith(area + ".")]
+    return [area]
+
+
+def attach_evidence(findings: list[Finding], evidence: dict[str, tuple[Evidence, ...]]) -> None:
+    """Each finding of an imported snapshot gets the inputs its check's fact areas came from (none: omitted)."""
+    if not evidence:
+        return
+    checks = {c.id: c for c in all_checks()}
+    for finding in findings:
+        check = checks.get(finding.check)
+        if check is None:  # waiver.expired and the like: no input behind them
+            continue
+        refs: list[Evidence] = []
+        for area in check.fact_areas:
+            for key in _areas_of(area, finding.subject, evidence):
+                refs.extend(r for r in evidence.get(key, ()) if r not in refs)
+        if refs:
+            finding.evidence = tuple(refs[:EVIDENCE_REFS_MAX])
+
+
 def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Report:
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.monotonic()
@@ -451,6 +515,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         for source, names in snapshot_feeds(node.snapshot).items():
             if source in report.sources and names:
                 report.sources[source].detail["inputs"] = names
+        attach_evidence(report.findings, snapshot_evidence(node.snapshot))
     return report
 
 

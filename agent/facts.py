@@ -445,6 +445,9 @@ class NvmlFacts(NamedTuple):
     gpus: tuple[GpuFacts, ...]
     calls: int = 0  # NVML calls made for this reading (batched reads count once)
     incomplete: str | None = None  # why some GPUs were not read (a hung call)
+    # The node's GPU count when the recording holds only some of its GPUs: an nvidia-smi dump of
+    # selected GPUs (`nvidia-smi -q -i 0` prints "Attached GPUs : 8" and one GPU). None: all are here.
+    attached: int | None = None
 
 
 class XidEvent(NamedTuple):

@@ -43,13 +43,17 @@ HOST_PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+def parts_of_path(path: str) -> list[str]:
+    """The host parts one fs/ path (without the leading "/") provides (meta.yaml `evidence`: who gave each)."""
+    return [part for part, (prefixes, _fields) in HOST_PARTS.items()
+            if any(path.endswith(p[1:]) if p.startswith("*/") else path.startswith(p) for p in prefixes)]
+
+
 def parts_of(paths: Iterable[str]) -> list[str]:
     """The host parts a set of fs/ paths (without the leading "/") provides."""
-    found = set()
+    found: set[str] = set()
     for path in paths:
-        for part, (prefixes, _fields) in HOST_PARTS.items():
-            if any(path.endswith(p[1:]) if p.startswith("*/") else path.startswith(p) for p in prefixes):
-                found.add(part)
+        found.update(parts_of_path(path))
     return sorted(found)
 
 

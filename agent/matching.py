@@ -72,7 +72,8 @@ GPU_MODEL_PCI_IDS = {
     "NVIDIA B200": "10de:2901", "B200 180GB HBM3e": "10de:2901",
     "NVIDIA L40S": "10de:26b9", "NVIDIA L40": "10de:26b5", "NVIDIA L4": "10de:27b8",
     "NVIDIA A10": "10de:2236", "NVIDIA A10G": "10de:2237", "NVIDIA A30": "10de:20b7", "NVIDIA A40": "10de:2235",
-    "Tesla T4": "10de:1eb8", "NVIDIA RTX 4000 SFF Ada Generation": "10de:27b0",
+    "Tesla T4": "10de:1eb8", "Tesla V100-PCIE-16GB": "10de:1db4", "Tesla V100-PCIE-32GB": "10de:1db6",
+    "Tesla V100S-PCIE-32GB": "10de:1df6", "NVIDIA RTX 4000 SFF Ada Generation": "10de:27b0",
     "NVIDIA RTX 6000 Ada Generation": "10de:26b1", "NVIDIA RTX A6000": "10de:2230",
 }
 
@@ -182,7 +183,8 @@ def board_fit(profile: Profile, facts: NodeFacts) -> Fit:
     """A partial view (one GPU of an SXM part in a VM, a one-GPU nvidia-smi dump, a GPU selection)
     is not a board missing GPUs, unless the evidence says the whole board is there: NVSwitches on
     PCI, DMI or the node's BMC naming an HGX/DGX system or a platform the profile lists, the BMC
-    listing the board's GPUs or its NVLink switches."""
+    listing the board's GPUs or its NVLink switches, or a dump of selected GPUs whose "Attached
+    GPUs" (NVML's device count on the node) is the board's count."""
     board = profile.section("board")
     size = board.get("gpus")
     if not isinstance(size, int):
@@ -193,6 +195,7 @@ def board_fit(profile: Profile, facts: NodeFacts) -> Fit:
     views: dict[str, int] = {}
     if not isinstance(host.nvidia_gpus, Unknown):
         views["PCI"] = len(host.nvidia_gpus)
+    attached = nvml.attached if isinstance(nvml, NvmlFacts) else None
     if isinstance(nvml, NvmlFacts):
         views["NVML"] = nvml.device_count
     if bmc is not None and not isinstance(bmc.gpus, Unknown):
@@ -216,7 +219,10 @@ def board_fit(profile: Profile, facts: NodeFacts) -> Fit:
         if not isinstance(bmc.switches, Unknown) and any(
                 (s.switch_type or "").lower() == "nvlink" for s in bmc.switches):
             evidence.append("NVLink switches on the BMC")
-    seen_text = ", ".join(f"{k} {v}" for k, v in views.items())
+    if attached is not None and attached >= size:
+        evidence.append(f"the dump's 'Attached GPUs : {attached}' (a dump of selected GPUs)")
+    seen_text = ", ".join(f"{k} {v}" + (f" (of {attached} attached, the dump says)" if k == "NVML" and attached
+                                         else "") for k, v in views.items())
     if evidence:
         return Fit(True, seen, size, f"{seen_text} of the board's {size} GPUs, and {', '.join(evidence)} "
                    "show(s) the whole board")

@@ -58,6 +58,28 @@ class Waiver(NamedTuple):
         return {"reason": self.reason, "expires": self.expires}
 
 
+class Evidence(NamedTuple):
+    """One input a finding's facts came from (an imported snapshot's meta.yaml `evidence`).
+
+    `file`: the input's name as given to `snapshot import` (an archive member: "bundle.tar.gz:path/in/it");
+    `kind`: the importer kind that read it; `section`: the bug report section or sos report file, if any.
+    """
+
+    file: str
+    kind: str
+    section: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        out = {"file": self.file, "kind": self.kind}
+        if self.section is not None:
+            out["section"] = self.section
+        return out
+
+    def describe(self) -> str:
+        """"file (section)": what the table, JUnit and Markdown show (not cleaned: the renderer cleans)."""
+        return f"{self.file} ({self.section})" if self.section is not None else self.file
+
+
 @dataclass
 class Finding:
     """One evaluated expectation: what, where, expected, observed and why."""
@@ -77,9 +99,11 @@ class Finding:
     # A name for people where the subject is an internal key (a firmware group's "psu.slot.#|..."):
     # the table shows it; JSON, metrics and waivers keep the subject.
     label: str | None = field(default=None, compare=False)
+    # The inputs of an imported snapshot its facts came from; None for live audits and captures.
+    evidence: tuple[Evidence, ...] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "check": self.check,
             "subject": self.subject,
             "status": self.status.value,
@@ -93,6 +117,9 @@ class Finding:
             "source": self.source,
             "waiver": self.waiver.to_json() if self.waiver else None,
         }
+        if self.evidence:
+            out["evidence"] = [e.to_json() for e in self.evidence]
+        return out
 
 
 @dataclass

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.expect import Expectation
-from agent.facts import GpuFacts, NodeFacts
-from agent.matching import board_fit
+from agent.facts import FirmwareItem, GpuFacts, NodeFacts
+from agent.matching import GPU_MODEL_PCI_IDS, board_fit
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
 from checks import Check
@@ -86,3 +87,29 @@ def per_gpu(check: Check, facts: NodeFacts, expectation: Expectation | None,
         findings.append(check.compare(subject(gpu), expectation, observe(gpu), f"{gpu.label} {what}",
                                       refs=gpu_refs(gpu), bits=bits))
     return findings
+
+
+# --- a BMC firmware inventory entry that is a GPU's VBIOS (gpu.firmware.vbios judges it,
+# firmware.consistency leaves it alone) ------------------------------------------------------------
+# The HGX baseboard's image HGX_FW_GPU_SXM_N (HGX_FW_GPU_N on GB200), never its ERoT
+# (HGX_FW_ERoT_GPU_SXM_N) or InfoROM; an entry named after the GPU model (HPE: "NVIDIA H100 NVL"); an
+# entry whose SoftwareId or Description carries a GPU's PCI ids (HPE: "10de232110de1839").
+_HGX_GPU_IMAGE = re.compile(r"HGX_FW_(GPU(?:_SXM)?_\d+)", re.IGNORECASE)
+_PCI_CODE = re.compile(r"(?:0x)?10de([0-9a-f]{4})", re.IGNORECASE)  # HPE: vendor, device, subsystem ids
+_GPU_PCI_IDS = {pci_id.split(":")[1]: name for name, pci_id in GPU_MODEL_PCI_IDS.items()}
+
+
+class GpuImage(NamedTuple):
+    hgx_name: str | None  # GPU_SXM_1 for an HGX baseboard image
+    model: str | None  # the GPU model the entry names, by its name or PCI code
+
+
+def gpu_vbios_image(item: FirmwareItem) -> GpuImage | None:
+    """What makes a firmware inventory entry a GPU's VBIOS, or None when it is not one."""
+    hgx = _HGX_GPU_IMAGE.fullmatch(item.component_id) or _HGX_GPU_IMAGE.fullmatch(item.name)
+    code = next((m for m in (_PCI_CODE.match(t or "") for t in (item.software_id, item.description)) if m), None)
+    named = item.name if item.name in GPU_MODEL_PCI_IDS else None
+    by_code = _GPU_PCI_IDS.get(code.group(1).lower()) if code else None
+    if hgx is None and named is None and by_code is None:
+        return None
+    return GpuImage(hgx.group(1) if hgx else None, named or by_code)

@@ -4,6 +4,15 @@ An entry the BMC marks unresolved (Resolved false, HPE Repaired false, Dell Faul
 ActiveLog) stays a finding whatever its age; a resolved one (or one a later entry cleared) is none;
 one the BMC says nothing about counts inside the window; an undated one is not recent. Which logs
 are hardware event logs is decided by the parser (agent.sources.redfish_logs).
+
+A link that flaps is a fault even when every entry says it recovered: link or connectivity state
+entries (down/up, lost/restored, HPE "Connectivity status changed to OK", NicConnectivityRestored)
+that are not already an open warning, resolved or OK alike, repeated more than LINK_FLAPS_MAX times in
+the window for one component (one message text: it names the adapter and port) are one warning per
+log and message id, naming the components and their counts. Keyed by the message id like every
+other finding here: a new entry raises the count, never adds a series. Other OK-severity
+recoveries (a volume back to OK, POST or discovery complete) repeat with every reset and say
+nothing by themselves.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from agent.facts import BmcLogEntry, NodeFacts
 from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
 from checks import Check
-from checks._bmc import bmc_facts, open_entries, with_source
+from checks._bmc import bmc_facts, entry_time, open_entries, with_source
 
 EVENTS = Check("bmc.events", "BMC log entries", source="bmc", action="check_bmc_events",
                evidence=("unresolved warning/critical entries of hardware event logs (SEL, IML, Event, Lclog, "
@@ -27,6 +36,14 @@ _SEVERITY = {"Critical": Severity.CRITICAL, "Warning": Severity.WARNING}
 # An operator's action the BMC logs at a fault's severity: an HPE drive "status changed to Erasing"
 # (iLO IML 19.20, Event DrvArrPhysDrvErasing) is a secure erase someone started, not a drive failure.
 OPERATOR_ACTIONS = re.compile(r"status changed to (Erasing|Sanitizing)|DrvArrPhysDrvErasing|\bsanitiz", re.IGNORECASE)
+# Link state entries, by message id or text: "link is down", "Link Up", NetworkDevice LinkDown,
+# "Connectivity status changed to OK" (HPE IML 17.10), NicConnectivityRestored/Lost, ConnectionDropped.
+LINK_STATE = re.compile(r"\blinks?\b[^;]{0,60}?\b(up|down|lost|restored|recovered|established|flapp\w*)\b|"
+                        r"link_?(up|down|status|state)|connectivity|connection_?(dropped|established|lost|restored)|"
+                        r"\bcarrier\b", re.IGNORECASE)
+# More link state changes than this for one component in the window is a flapping link. A reboot
+# takes each port down and up once or twice; ten in a week is more than a node's maintenance does.
+LINK_FLAPS_MAX = 10
 
 
 def _message_key(message: str) -> str:
@@ -59,6 +76,7 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
             f"{len(undated)} warning or critical BMC log entr{'y has' if len(undated) == 1 else 'ies have'} no usable "
             f"date, so whether they are recent is unknown; e.g. {worst.severity} {worst.log} entry "
             f"{worst.message!r}"), facts))
+    flaps = _flapping(bmc.events, counted, {(log, kind) for _sev, log, kind, _op in grouped}, now, window)
     if not grouped:
         resolved = sum(1 for e in bmc.events if e.resolved is True and e.severity in _SEVERITY)
         notes = [f"{n} {what}" for n, what in ((older, "older ones outside the window"), (resolved, "resolved")) if n]
@@ -67,7 +85,7 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
                                                    f"no open warning or critical BMC log entry in the last "
                                                    f"{window.days} days{note}", observed=0,
                                                    expected=expectation.expected), facts))
-        return findings
+        return findings + [with_source(f, facts) for f in flaps]
     subjects: dict[str, int] = {}
     for (severity, log, _kind, operator), entries in sorted(grouped.items(), key=lambda kv: (
             kv[0][0] != "Critical", kv[0][1], kv[0][2], kv[0][3])):
@@ -92,4 +110,42 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         if finding.status is Status.FAIL and finding.severity is not Severity.CRITICAL:
             finding.status = Status.WARN
         findings.append(with_source(finding, facts))
+    return findings + [with_source(f, facts) for f in flaps]
+
+
+def _flapping(events: tuple[BmcLogEntry, ...], counted: list[BmcLogEntry], reported: set[tuple[str, str]],
+              now: dt.datetime, window: dt.timedelta) -> list[Finding]:
+    """One warning per log and message id whose link state entries repeat more than LINK_FLAPS_MAX
+    times in the window for one component (see the module notes)."""
+    already = {id(e) for e in counted}
+    per_kind: dict[tuple[str, str], dict[str, list[BmcLogEntry]]] = defaultdict(lambda: defaultdict(list))
+    for entry in events:
+        if id(entry) in already or (entry.log, entry.message_id or entry.message) in reported:
+            continue  # an open warning entry is its own finding, with its count
+        if not LINK_STATE.search(entry.message_id or "") and not LINK_STATE.search(entry.message):
+            continue
+        when = entry_time(entry)
+        if when is None or not now - window <= when <= now + dt.timedelta(days=1):
+            continue
+        per_kind[(entry.log, entry.message_id or _message_key(entry.message))][entry.message].append(entry)
+    findings = []
+    for (log, key), components in sorted(per_kind.items()):
+        flapping = {message: entries for message, entries in components.items() if len(entries) > LINK_FLAPS_MAX}
+        if not flapping:
+            continue
+        ranked = sorted(flapping.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        shown = ", ".join(f"{message!r} x{len(entries)}" for message, entries in ranked[:3])
+        more = f" and {len(ranked) - 3} more" if len(ranked) > 3 else ""
+        every = [e for _message, entries in ranked for e in entries]
+        severities = "/".join(sorted({e.severity or "no severity" for e in every}))
+        first = min(e.created or "" for e in every)[:10]
+        last = max(e.created or "" for e in every)[:10]
+        findings.append(EVENTS.finding(
+            f"{log}:{key}", Status.WARN, Severity.WARNING,
+            f"link flapping: {len(flapping)} component(s) changed link state more than {LINK_FLAPS_MAX} times in "
+            f"the last {window.days} days ({severities} {log} entries, {first} to {last}): {shown}{more}",
+            observed={message: len(entries) for message, entries in ranked},
+            expected=f"at most {LINK_FLAPS_MAX} link state changes per component in {window.days} days",
+            reason="A link that keeps dropping and coming back is a cable, optic, switch port or NIC fault even "
+                   "when every entry says it recovered"))
     return findings

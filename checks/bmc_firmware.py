@@ -1,4 +1,11 @@
-"""Firmware versions (per component, with per-vendor names) and consistency inside one node."""
+"""Firmware versions (per component, with per-vendor names) and consistency inside one node.
+
+`firmware.consistency` leaves the GPUs' own firmware (VBIOS) to `gpu.firmware.vbios`, which judges
+one VBIOS across the node's GPUs of a model from NVML or the BMC and names the odd GPU: the GPU
+Processors' FirmwareVersion and the inventory's GPU images (`is_gpu_vbios_image`) are not grouped
+here, so one mixed VBIOS is one fault and one set of findings. Other images on a GPU's board (its
+ERoT, its InfoROM) and NVSwitch firmware stay here: nothing else compares them across the node.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
 from checks._bmc import NOT_MEASURING, bmc_facts, with_source
+from checks._gpu import gpu_vbios_image
 from checks.bios import bios_vendor
 
 FIRMWARE = Check("bmc.firmware", "Firmware versions", source="bmc", action="update_firmware",
@@ -18,7 +26,12 @@ FIRMWARE = Check("bmc.firmware", "Firmware versions", source="bmc", action="upda
 CONSISTENCY = Check("firmware.consistency", "One firmware version per component model", source="bmc",
                     action="update_firmware",
                     evidence=("FirmwareInventory items grouped by what they are (kind and model from Name, "
-                              "Description, SoftwareId, RelatedItem), never by positional id; one version per group"))
+                              "Description, SoftwareId, RelatedItem), never by positional id; one version per group; "
+                              "GPU VBIOS is gpu.firmware.vbios's"))
+
+def is_gpu_vbios_image(item: FirmwareItem) -> bool:
+    """Whether an inventory entry is a GPU's VBIOS, which gpu.firmware.vbios judges (not this module)."""
+    return gpu_vbios_image(item) is not None
 
 
 def _matches(item: FirmwareItem, names: list[str]) -> bool:
@@ -150,13 +163,10 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
     models: dict[str, str] = {}
     unreadable: dict[str, list[FirmwareItem]] = defaultdict(list)
     for item in bmc.firmware:
-        if item.installed:  # Dell also lists the previous and the staged image of a component
+        # Dell also lists the previous and the staged image of a component; GPU VBIOS (the inventory's
+        # images and the GPU Processors' FirmwareVersion) is gpu.firmware.vbios's to judge.
+        if item.installed and not is_gpu_vbios_image(item):
             (groups if readable_version(item) else unreadable)[component_model(item)].append(item)
-    if isinstance(bmc.gpus, tuple):
-        for gpu in bmc.gpus:
-            if gpu.firmware:
-                groups[f"gpu:{gpu.model or '?'}"].append(FirmwareItem(gpu.name, gpu.firmware, gpu.name))
-                models[f"gpu:{gpu.model or '?'}"] = gpu.model or "GPU"
     if isinstance(bmc.switches, tuple):
         for switch in bmc.switches:
             if switch.firmware:
@@ -187,4 +197,4 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
     return findings
 
 
-__all__ = ["CONSISTENCY", "FIRMWARE", "Severity", "component_model"]
+__all__ = ["CONSISTENCY", "FIRMWARE", "Severity", "component_model", "is_gpu_vbios_image"]

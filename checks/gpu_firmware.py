@@ -13,17 +13,15 @@ ERoT and InfoROM images are not VBIOS.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import NamedTuple
 
 from agent.expect import Expectation
 from agent.facts import BmcFacts, FirmwareItem, Maybe, NodeFacts
-from agent.matching import GPU_MODEL_PCI_IDS
 from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import nvml_gpus, per_gpu, subject
+from checks._gpu import gpu_vbios_image, nvml_gpus, per_gpu, subject
 
 # NVML's view, else the BMC's: a cross-check in the engine's terms, so it runs in a BMC-only audit too.
 VBIOS = Check("gpu.firmware.vbios", "GPU VBIOS version", source="crosscheck", action="update_firmware",
@@ -109,11 +107,6 @@ def _judge(views: list[_Vbios], expectation: Expectation | None) -> list[Finding
     return findings
 
 
-# The HGX baseboard's GPU firmware image (HGX_FW_GPU_SXM_1, HGX_FW_GPU_0 on GB200): not its ERoT
-# (HGX_FW_ERoT_GPU_SXM_1) nor its InfoROM (HGX_InfoROM_GPU_SXM_1).
-_HGX_GPU_IMAGE = re.compile(r"HGX_FW_(GPU(?:_SXM)?_\d+)", re.IGNORECASE)
-_PCI_CODE = re.compile(r"(?:0x)?10de([0-9a-f]{4})", re.IGNORECASE)  # HPE: vendor, device, subsystem ids
-_GPU_PCI_IDS = {pci_id.split(":")[1]: name for name, pci_id in GPU_MODEL_PCI_IDS.items()}
 
 
 def bmc_vbios(bmc: BmcFacts) -> tuple[list[_Vbios], str | None]:
@@ -143,18 +136,15 @@ def _inventory_view(item: FirmwareItem, models: dict[str, str]) -> _Vbios | None
     """A firmware inventory entry that is a GPU's VBIOS, or None."""
     if not item.installed:
         return None
-    hgx = _HGX_GPU_IMAGE.fullmatch(item.component_id) or _HGX_GPU_IMAGE.fullmatch(item.name)
-    gpu = next((models[r] for r in item.related if r in models), None)
-    code = next((m for m in (_PCI_CODE.match(t or "") for t in (item.software_id, item.description)) if m), None)
-    named = item.name if item.name in GPU_MODEL_PCI_IDS else None
-    by_code = _GPU_PCI_IDS.get(code.group(1).lower()) if code else None
-    if hgx is None and named is None and by_code is None:
+    image = gpu_vbios_image(item)
+    if image is None:
         return None
-    model = gpu or item.model or named or by_code or "HGX baseboard GPU"
-    name = hgx.group(1) if hgx else item.name
+    gpu = next((models[r] for r in item.related if r in models), None)
+    model = gpu or item.model or image.model or "HGX baseboard GPU"
+    name = image.hgx_name or item.name
     where = item.location or item.component_id
-    return _Vbios(f"{name} [{where}]" if not hgx else name, f"{name} ({where}, BMC firmware inventory)", model,
-                  item.version)
+    return _Vbios(name if image.hgx_name else f"{name} [{where}]", f"{name} ({where}, BMC firmware inventory)",
+                  model, item.version)
 
 
 def _gpu_id(where: str, name: str) -> str:

@@ -26,7 +26,11 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     findings: list[Finding] = []
     if expectation is not None:
         fit = board_fit(profile, facts)
-        if fit.full:
+        if fit.full and nvml.attached is not None:  # a dump of selected GPUs: its "Attached GPUs" is NVML's count
+            findings.append(COUNT.compare("node", expectation, nvml.attached,
+                                          f"GPUs attached (the dump's 'Attached GPUs'; {nvml.device_count} of them "
+                                          "in this dump, the others not in this dump)"))
+        elif fit.full:
             findings.append(COUNT.compare("node", expectation, nvml.device_count, "GPUs seen by NVML"))
         else:  # one GPU of an SXM part in a VM or a dump is not a board that lost seven
             findings.append(COUNT.finding("node", Status.SKIP, Severity.INFO,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from agent.expect import counter_total, saturated
 from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Status, Unknown
+from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import NVLINK_BITS, not_judged_on_partial_view, partial_view, per_gpu
+from checks._gpu import NVLINK_BITS, not_judged_on_partial_view, nvml_gpus, partial_view, per_gpu, subject
 
 LINKS = Check("gpu.nvlink.links", "Active NVLinks", source="nvml", action="reset_gpu",
               evidence=("NVML NVLink link states per GPU against the board's count; a GPU with no active link on a "
@@ -40,8 +40,43 @@ def link_errors(gpu: GpuFacts) -> object:
                           for k in ("replay", "recovery", "crc_flit", "crc_data")])
 
 
+def _against_own_links(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    """Without a board count in the profile (the generic one): each GPU judged by its own recorded links.
+
+    Some links active and another not is a link that failed on that GPU; no link active on a GPU of a
+    node with several is a GPU cut off its NVLink fabric (not on a partial view, where that is the
+    layout). A GPU whose link states are not recorded (an `nvidia-smi -q` dump has none) says nothing.
+    """
+    gpus, findings = nvml_gpus(LINKS, facts, None)
+    if findings:
+        return []
+    partial = partial_view(profile, facts)
+    recorded = [g for g in gpus if isinstance(g.nvlink_states, tuple) and g.nvlink_states]
+    out: list[Finding] = []
+    for gpu in recorded:
+        states = gpu.nvlink_states
+        assert isinstance(states, tuple)
+        active = sum(1 for s in states if s == 1)
+        down = [str(i) for i, s in enumerate(states) if s != 1]
+        what = f"{gpu.label} active NVLinks is {active} of {len(states)} reported"
+        if _link_down_in_view(states):
+            out.append(LINKS.finding(subject(gpu), Status.FAIL, Severity.CRITICAL,
+                                     f"{what} (links down: {', '.join(down)}; no board count in profile "
+                                     f"{profile.name}: judged against the GPU's own links)",
+                                     observed=active, expected=len(states)))
+        elif active == 0 and len(gpus) > 1 and partial is None:
+            out.append(LINKS.finding(subject(gpu), Status.FAIL, Severity.CRITICAL,
+                                     f"{what}: no NVLink of this GPU is active while the node has {len(gpus)} "
+                                     "GPUs (cut off the NVLink fabric)", observed=0, expected=len(states)))
+        else:
+            out.append(LINKS.finding(subject(gpu), Status.PASS, Severity.CRITICAL, what, observed=active))
+    return out
+
+
 @LINKS.evaluator
 def evaluate_links(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    if profile.expectation("gpu", "nvlink", "active_links") is None:
+        return _against_own_links(facts, profile)
     findings = per_gpu(LINKS, facts, profile.expectation("gpu", "nvlink", "active_links"), active_links,
                        "active NVLinks")
     partial = partial_view(profile, facts)

@@ -139,6 +139,10 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.events", "IML:19.20"): "warn",
         ("bmc.events", "Event:iLOEvents.3.15.DrvArrPhysDrvErasing"): "warn",  # the same erase in the Event log
         ("bmc.events", "Event:iLOEvents.3.15.ServerResetDetected"): "warn",  # 14 resets in two days: worth a look
+        # Both slot-1 25GbE ports "Connectivity status changed to OK" 25 times each in the week (OK,
+        # repaired): a flapping link, one warning per log (tests/test_sre_judgements.py).
+        ("bmc.events", "IML:17.10"): "warn",
+        ("bmc.events", "Event:iLOEvents.3.15.NicConnectivityRestored"): "warn",
     },
     "supermicro-x10": {
         ("bmc.reachable", "redfish"): "warn",  # UpdateService is linked but 404 on this Redfish 1.0.1 BMC

@@ -23,7 +23,8 @@ from tests.factories import exp, gpu, host, iface, nic, node, profile
 
 EXPECTED_IDS = {
     "host.sysctl", "host.thp.enabled", "host.thp.defrag", "host.numa.balancing", "host.numa.affinity",
-    "net.mtu", "host.cpu.governor", "host.cpu.cstates", "host.kernel.cmdline", "host.secureboot", "host.swap",
+    "net.mtu", "host.cpu.governor", "host.cpu.cstates", "host.kernel.cmdline", "host.kernel.events",
+    "host.secureboot", "host.swap",
     "host.driver.version", "host.modules", "host.gpu.pci_count", "profile.match", "source.available",
     "gpu.count", "gpu.lost", "gpu.ecc.mode", "gpu.ecc.uncorrected", "gpu.ecc.corrected", "gpu.retired_pages",
     "gpu.row_remap", "gpu.persistence_mode", "gpu.compute_mode", "gpu.app_clocks", "gpu.mig_mode", "gpu.power.limit",

@@ -373,12 +373,13 @@ def test_snapshot_without_host_data_cannot_run(run_cli: RunCli, tmp_path: Path) 
     (snap / "meta.yaml").write_text("hostname: x\ncaptured: []\n")
     result = run_cli("audit", "--snapshot", str(snap), "--format", "json")
     assert result.code == 3 and "holds neither host nor NVML data" in result.stderr
-    # A kernel log alone is a customer's dmesg: its Xids are judged, nothing else runs (tests/test_corpus.py).
+    # A kernel log alone is a customer's dmesg: its Xids, SXids and kernel events are judged, nothing else
+    # runs (tests/test_corpus.py).
     (snap / "meta.yaml").write_text("hostname: x\ncaptured: [kmsg]\n")
     result = run_cli("audit", "--snapshot", str(snap), "--format", "json")
     assert result.code in (0, 1), result.stderr
-    assert {f["check"] for f in result.json()["findings"]} <= {"gpu.xid", "fabric.sxid", "profile.match",
-                                                                "source.available"}
+    assert {f["check"] for f in result.json()["findings"]} <= {"gpu.xid", "fabric.sxid", "host.kernel.events",
+                                                                "profile.match", "source.available"}
 
 
 def test_partial_and_corrupt_kernel_files_become_unknown_findings(run_cli: RunCli, tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ REAL_DUMPS = {
     "telegraf/a10g.xml": ("generic-nvidia", False),  # PCI ids masked to 00de:0000 by telegraf
     "telegraf/tesla-t4.xml": ("nvidia-pcie", False),
     "telegraf/rtx-4000-sff-ada-v13.xml": ("nvidia-workstation", False),
-    "thamada-gls/A100SXMx4.q.txt": ("dgx-a100", True),  # an HGX A100 4-GPU board is not the 8-GPU one
+    "thamada-gls/A100SXMx4.q.txt": ("hgx-a100-4gpu", False),  # an HGX A100 4-GPU board, judged 4 of 4
 }
 FULL_BOARDS = ("thamada-gls/H100SXMx8.q.txt", "gpud/nvidia-smi-query.535.161.08.out.0.valid.txt")
 

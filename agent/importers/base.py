@@ -42,6 +42,11 @@ MAX_LINE = 1 << 20  # characters: `text_lines` hands a longer line on in pieces
 _FS_PATH_RE = re.compile(r"^(?:proc|sys|etc|run|var)/[A-Za-z0-9_.:@+,=-]+(?:/[A-Za-z0-9_.:@+,=-]+)*$")
 
 
+def valid_fs_path(path: str) -> bool:
+    """A path a snapshot's fs/ may hold (no leading "/"): kernel-name characters only, no "." or ".."."""
+    return bool(_FS_PATH_RE.match(path)) and not any(p in (".", "..") for p in path.split("/"))
+
+
 class InputError(SnapshotError):
     """One input (file or archive member) that cannot be used; the rest still imports."""
 
@@ -113,6 +118,9 @@ class Builder:
     hostname: str | None = None
     captured_at: str | None = None
     current: str = ""  # the input being read, for ownership and messages
+    # Each name `current` took -> (the input as given, its importer kind, the section inside it or None):
+    # what meta.yaml's `evidence` names (a bug report's section is read as "<report> section '<header>'").
+    refs: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     _seen_kmsg: set[str] = field(default_factory=set)
 
     # --- fs/ ------------------------------------------------------------------------------------
@@ -120,7 +128,7 @@ class Builder:
     def put_fs(self, path: str, data: bytes | str, result: Contribution, *, newline: bool = False) -> bool:
         """Record fs/`path` (a sysfs/procfs path without the leading "/"); False when an earlier input has it."""
         path = path.strip("/")
-        if not _FS_PATH_RE.match(path) or any(p in (".", "..") for p in path.split("/")):
+        if not valid_fs_path(path):
             result.skipped.append(f"{path[:120]!r}: not a path a snapshot may hold")
             return False
         raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -261,6 +269,21 @@ def detect_kind(head: bytes, name: str, kinds: list[Importer]) -> Importer | Non
     return None
 
 
+def _note_ref(builder: Builder, kind: str, name: str, outer_name: str) -> None:
+    """Which input (and section of it) `name` is: an input of its own, or a part of the one being read."""
+    outer = builder.refs.get(outer_name) if outer_name else None
+    if outer is not None and name == outer_name:  # a kind handing its own input on (a sos report's dmesg)
+        return
+    marker = f"{outer_name} section "
+    if outer is not None and name.startswith(marker):  # bug_report: f"{outer} section {header!r}"
+        header = name[len(marker):]
+        if len(header) >= 2 and header[0] == header[-1] and header[0] in "'\"":
+            header = header[1:-1]
+        builder.refs[name] = (outer[0], outer[1], header)
+    else:
+        builder.refs[name] = (name, kind, None)
+
+
 def run_importer(importer: Importer, data: bytes | IO[bytes] | io.RawIOBase, builder: Builder,
                  name: str) -> Contribution:
     """`importer.contribute`, with any failure turned into an InputError naming `name` (never a traceback).
@@ -270,6 +293,7 @@ def run_importer(importer: Importer, data: bytes | IO[bytes] | io.RawIOBase, bui
     """
     previous = builder.current
     builder.current = name
+    _note_ref(builder, importer.kind, name, previous)
     try:
         if not isinstance(data, bytes):
             streamed = getattr(importer, "contribute_lines", None)

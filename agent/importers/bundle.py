@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from agent import __version__
 from agent.errors import SnapshotError
-from agent.host_parts import parts_of
+from agent.host_parts import parts_of, parts_of_path
 from agent.importers.base import (
     HEAD_BYTES,
     Builder,
@@ -57,8 +57,9 @@ def importers() -> list[Importer]:
                             IpLinkImporter(), EthtoolImporter(), LsmodImporter()]
     from agent.importers.redfish_mockup import RedfishMockupImporter
     from agent.importers.sosreport import SosreportImporter
+    from agent.importers.sysfs_tree import SysfsTreeImporter
     rest: list[Importer] = [BugReportImporter(sections), *sections, IpmitoolImporter(), IbstatImporter(), *more,
-                            RedfishMockupImporter()]
+                            RedfishMockupImporter(), SysfsTreeImporter()]
     return [SosreportImporter(rest), *rest]  # a sos report's files are claimed by their path, judged at the end
 
 
@@ -178,12 +179,67 @@ def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
         "captured_at": builder.captured_at or dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         "nodewarden_version": __version__,
         "captured": builder.captured,
-        **({"host_parts": parts_of(builder.fs)} if builder.fs else {}),
+        **({"host_parts": parts_of([*builder.fs, *builder.links])} if builder.fs else {}),  # a class is links
         "source": f"snapshot import of {len([e for e in entries if ':' not in e.name])} input(s)",
         "inputs": [e.to_json() for e in entries],
         "fed_by": builder.fed_by(),
+        "evidence": evidence_of(builder, entries),
     }
     put_file(tmp, "meta.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=False, width=200).encode())
+
+
+_SOS_TOPS = ("sos_commands/", "proc/", "sys/", "etc/", "var/", "run/")  # where a sos report's own files start
+MAX_EVIDENCE = 20  # inputs named per fact area in meta.yaml `evidence` (the engine reads back no more)
+MAX_EVIDENCE_CHARS = 64 << 10  # all of it (meta.yaml holds at most 1 MiB): names cut as the engine cuts them
+
+
+def evidence_of(builder: Builder, entries: list[Entry]) -> dict[str, list[dict[str, str]]]:
+    """meta.yaml `evidence`: each fact area -> the inputs that gave it ({file, kind, section}).
+
+    Areas: `host.<part>` (agent.host_parts; from which input wrote each fs/ file), `kmsg`, `nvml`,
+    `ipmi.<part>`, `redfish`. The engine ties each finding to the areas its check reads.
+    """
+    from agent.importers.sosreport import splits
+
+    kinds = {e.name: e.kind for e in entries}
+    areas: dict[str, list[dict[str, str]]] = {}
+    cache: dict[str, dict[str, str]] = {}
+
+    def ref(name: str, path: str | None = None) -> dict[str, str]:
+        if name in cache:
+            return cache[name]
+        file, kind, section = builder.refs.get(name, (name, kinds.get(name) or "unknown", None))
+        if section is None and kind == "sosreport":  # the file inside the report: "sos_commands/kernel/dmesg"
+            found = [rel for _root, rel in splits(file)]
+            section = next((rel for rel in found if rel.startswith(_SOS_TOPS)), found[-1] if found else None)
+        out = {"file": file[:300], "kind": kind[:64], **({"section": section[:200]} if section else {})}
+        if section is None and kind == "nvidia-bug-report" and path is not None:
+            return {**out, "section": f"*** /{path}"[:200]}  # a file section ("*** /proc/cmdline") as it is
+        cache[name] = out
+        return out
+
+    used = 0
+
+    def add(area: str, name: str, path: str | None = None) -> None:
+        nonlocal used
+        refs = areas.setdefault(area, [])
+        if len(refs) < MAX_EVIDENCE and used < MAX_EVIDENCE_CHARS and (item := ref(name, path)) not in refs:
+            refs.append(dict(item))  # a copy: yaml would write a shared one as an alias, which meta.yaml refuses
+            used += sum(len(v) + 12 for v in item.values())
+
+    for path, name in builder.fs_owner.items():
+        for part in parts_of_path(path):
+            add(f"host.{part}", name, path)
+    ordered = {area: areas[area] for area in sorted(areas)}
+    for name in builder.kmsg_from:
+        add("kmsg", name)
+    for name in [builder.nvml_from, *builder.nvml_also] if builder.nvml_from else []:
+        add("nvml", name)
+    for part, name in sorted(builder.ipmi_from.items()):
+        add(f"ipmi.{part}", name)
+    for name in builder.redfish_from:
+        add("redfish", name)
+    return {area: refs for area, refs in {**ordered, **areas}.items() if refs}
 
 
 def _ipmi_document(parts: dict[str, Any]) -> dict[str, Any]:

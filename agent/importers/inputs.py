@@ -4,8 +4,24 @@ Every input is untrusted (a customer's support bundle). Nothing here writes to
 disk: an archive member is read into memory by streaming and handed on under
 its name, which is only ever a label, so no member can be placed anywhere,
 inside `--out` or out of it. Refused by name, never followed or opened: members
-with an absolute name or `..` in it, symlinks and hard links, devices, FIFOs,
-sockets; in folders, anything that is not a regular file or folder.
+with an absolute name or `..` in it, hard links, devices, FIFOs, sockets; in
+folders, anything that is not a regular file, folder or symlink.
+
+Symlinks (tar and zip members, a folder's real links) are never followed nor
+opened: each is an `Entry` of its own with `link` set to its target's text (read
+from the archive's header or member, or with `os.readlink` after an `lstat`),
+never a file. A target that is empty, longer than `MAX_LINK_TARGET` bytes, not
+UTF-8 or holding a NUL or another control character is refused by name. Only the
+importers of trees that keep their links (`sysfs-tree`, `sosreport`) take a link
+entry, as a recorded link (fs_links.json, resolved inside the snapshot by
+`SnapshotFs`); they clear `error` and set `kind`. A link no importer takes stays
+what it was: an archive's is an error ("refused: a symlink (to ...): not
+followed"), a folder's a note.
+
+A tar member whose content is text followed by NUL bytes up to a declared size
+that is a multiple of 4096 is what GNU tar stores for a file that shrank while
+it read it (sysfs says 4096 bytes for every attribute, then gives "4: ACTIVE\n"):
+the padding is dropped (sha256 stays that of the member as stored).
 
 Caps (a decompression bomb stops at the cap while streaming, its size never
 trusted): `MAX_TOTAL` uncompressed bytes over all inputs, `MAX_MEMBERS` entries,
@@ -51,6 +67,7 @@ MAX_MEMBERS = 100_000
 MAX_MEMBER = 512 << 20
 MAX_NESTING = 3  # tar.gz inside a zip inside a folder: enough for any support bundle
 MAX_FOLDER_DEPTH = 32
+MAX_LINK_TARGET = 4095  # bytes: PATH_MAX less its NUL; a sysfs link's target is a few hundred
 STREAM_ABOVE = 8 << 20  # bytes: a larger file is streamed to its importer (Reader(stream_above=...))
 _CHUNK = 1 << 20
 _TAR_HEAD = 512
@@ -74,9 +91,12 @@ class Entry:
     data: bytes | None = field(default=None, repr=False)  # a file's content, None for containers and refusals
     content: Content | None = field(default=None, repr=False)  # instead of `data`: a large file, streamed
     forced: str | None = None  # --as KIND
+    link: str | None = None  # a symlink's target text (never followed); `kind` "symlink" until an importer takes it
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "size": self.size, "sha256": self.sha256, "kind": self.kind}
+        if self.link is not None:
+            out["link"] = self.link
         if self.error:
             out["error"] = self.error
         out["contributed"] = self.contributed
@@ -141,6 +161,43 @@ def unsafe_name(name: str) -> str | None:
     if ".." in name.replace("\\", "/").split("/"):
         return "a path with '..' (it would point outside the archive)"
     return None
+
+
+def link_target_problem(target: str) -> str | None:
+    """Why a symlink's target text is refused (it is only ever recorded, never followed), or None."""
+    try:
+        size = len(target.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "a target that is not UTF-8"
+    if not target:
+        return "an empty target"
+    if size > MAX_LINK_TARGET:
+        return f"a target longer than {MAX_LINK_TARGET} bytes"
+    if any(ord(c) < 32 or ord(c) == 127 for c in target):
+        return "a target with control characters"
+    return None
+
+
+def link_entry(shown: str, target: str, *, in_folder: bool) -> Entry:
+    """A symlink as an entry: its target's text only. Until an importer takes it, an archive's link is an
+    error and a folder's a note, as every link was before links were recorded."""
+    why = link_target_problem(target)
+    if why is not None:
+        text = f"a symlink with {why}: not recorded, not followed"
+        return Entry(shown, kind="symlink", skipped=[text]) if in_folder else Entry(shown, error=f"refused: {text}")
+    note = f"a symlink (to {target[:120]!r}): not followed"
+    if in_folder:
+        return Entry(shown, kind="symlink", link=target,
+                     skipped=[f"{note}; not used (only a sysfs tree or a sos report records its links)"])
+    return Entry(shown, kind="symlink", link=target, error=f"refused: {note}")
+
+
+def _unpadded(data: bytes, declared: int) -> bytes:
+    """A tar member's text without the NULs GNU tar pads a file that shrank while read with (sysfs: 4096)."""
+    if not data.endswith(b"\x00") or declared % 4096:
+        return data
+    text = data.rstrip(b"\x00")
+    return data if b"\x00" in text else text
 
 
 class _Counted(io.RawIOBase):
@@ -335,9 +392,19 @@ class Reader:
                         folder.error = self.stopped = str(exc)
                         return
                     yield from self._file(child, f"{shown.rstrip('/')}/{child_rel}", None, nofollow=True)
+                elif stat.S_ISLNK(mode):
+                    try:
+                        self.budget.one_more()
+                        target = os.readlink(child)  # the link's text only: nothing is opened through it
+                    except LimitReached as exc:
+                        folder.error = self.stopped = str(exc)
+                        return
+                    except OSError as exc:
+                        folder.skipped.append(f"{child_rel}: a symlink that cannot be read: {exc.strerror}")
+                        continue
+                    yield link_entry(f"{shown.rstrip('/')}/{child_rel}", target, in_folder=True)
                 else:
-                    kind = "a symlink" if stat.S_ISLNK(mode) else "a device, FIFO or socket"
-                    folder.skipped.append(f"{child_rel}: {kind}: not followed")
+                    folder.skipped.append(f"{child_rel}: a device, FIFO or socket: not followed")
             if self.stopped:
                 return
 
@@ -465,10 +532,14 @@ class Reader:
         finally:
             entry.size = content.size if expected is None else expected
 
-    def _member(self, name: str, data: bytes, depth: int) -> Iterator[Entry]:
+    def _member(self, name: str, data: bytes, depth: int, text: bytes | None = None) -> Iterator[Entry]:
         kind = container_kind(data[:_TAR_HEAD + 512])
         if kind is None:
-            yield Entry(name, size=len(data), sha256=_digest(data), data=data)
+            entry = Entry(name, size=len(data), sha256=_digest(data), data=data if text is None else text)
+            if text is not None and len(text) != len(data):
+                entry.skipped.append(f"{len(data) - len(text)} NUL byte(s) at its end: the padding tar writes for "
+                                     "a file that shrank while read (sysfs files say 4096 bytes): dropped")
+            yield entry
             return
         entry = Entry(name, size=len(data), sha256=_digest(data), kind=f"{kind} archive")
         yield entry
@@ -483,6 +554,9 @@ class Reader:
                 self.budget.one_more()
                 shown = f"{entry.name}:{member.name}"
                 if member.isdir():
+                    continue
+                if member.issym() and unsafe_name(member.name) is None:
+                    yield link_entry(shown, member.linkname, in_folder=False)
                     continue
                 why = unsafe_name(member.name) or _tar_refusal(member)
                 if why is None and member.size > self.budget.member:
@@ -504,7 +578,7 @@ class Reader:
                 data = _read_all(source, self.budget.member, shown)
                 if len(data) != member.size:
                     raise EOFError(f"{member.name} is truncated")
-                yield from self._member(shown, data, depth)
+                yield from self._member(shown, data, depth, _unpadded(data, member.size))
 
     def _zip(self, handle: IO[bytes], entry: Entry, depth: int) -> Iterator[Entry]:
         with zipfile.ZipFile(handle) as archive:
@@ -519,8 +593,11 @@ class Reader:
                     continue
                 mode = info.external_attr >> 16
                 why = unsafe_name(info.filename)
-                if why is None and mode and not stat.S_ISREG(mode):
-                    why = "a symlink: not followed" if stat.S_ISLNK(mode) else "not a regular file"
+                if why is None and stat.S_ISLNK(mode):
+                    yield self._zip_link(archive, info, shown)
+                    continue
+                if why is None and stat.S_IFMT(mode) and not stat.S_ISREG(mode):  # no type (0o600): a file
+                    why = "not a regular file"
                 if why is None and info.flag_bits & 0x1:
                     why = "encrypted"
                 if why is None and info.file_size > self.budget.member:
@@ -546,6 +623,22 @@ class Reader:
                     continue
                 yield from self._member(shown, data, depth)
 
+
+    def _zip_link(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) -> Entry:
+        """A zip symlink: its member holds the target's text, read bounded; nothing is followed."""
+        if info.file_size > MAX_LINK_TARGET or info.flag_bits & 0x1:
+            return Entry(shown, size=info.file_size, error="refused: a symlink with a target longer than "
+                                                           f"{MAX_LINK_TARGET} bytes or encrypted: not followed")
+        try:
+            with archive.open(info) as source:
+                raw = source.read(MAX_LINK_TARGET + 1)
+            target = raw.decode("utf-8")
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            return Entry(shown, size=info.file_size, error=f"corrupt member: {_why(exc)}")
+        except UnicodeDecodeError:
+            return Entry(shown, size=info.file_size, error="refused: a symlink with a target that is not UTF-8: "
+                                                           "not followed")
+        return link_entry(shown, target, in_folder=False)
 
     def _zip_streamed(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str,
                       depth: int) -> Iterator[Entry]:

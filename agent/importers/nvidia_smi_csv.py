@@ -23,6 +23,7 @@ from typing import Any
 
 from agent.importers.base import Builder, Contribution, InputError, decode_text
 from agent.importers.nvml_merge import GpuPart, bus_key
+from agent.importers.values import Unreadable, choice, string
 
 MAX_BYTES = 16 << 20
 MAX_COLUMNS = 256  # --help-query-gpu lists about 200 fields
@@ -60,10 +61,6 @@ _ERRORS = {
 COMPUTE_MODES = {"default": 0, "exclusive_thread": 1, "prohibited": 2, "exclusive_process": 3}
 
 
-class _Unreadable(ValueError):
-    pass
-
-
 def _error(text: str) -> dict[str, str] | None:
     code = _ERRORS.get(text.strip().strip("[]").strip().lower())
     return None if code is None else {"error": code, "note": f"{text.strip()} in nvidia-smi --query-gpu"}
@@ -73,18 +70,18 @@ def _number(text: str, unit: str) -> Decimal:
     found = re.fullmatch(r"(-?\d{1,12}(?:\.\d{1,6})?)\s*" + (f"(?:{unit})?" if unit else ""), text.strip(),
                          re.IGNORECASE)
     if found is None:
-        raise _Unreadable(text)
+        raise Unreadable(text)
     try:
         return Decimal(found.group(1))
     except InvalidOperation:
-        raise _Unreadable(text) from None
+        raise Unreadable(text) from None
 
 
 def _int(unit: str = "") -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = _number(text, unit)
         if value != value.to_integral_value():
-            raise _Unreadable(text)
+            raise Unreadable(text)
         return int(value)
     return parse
 
@@ -96,27 +93,16 @@ def _milliwatts(text: str) -> int:
 def _hex(text: str) -> int:
     found = re.fullmatch(r"(?:0x)?([0-9a-f]{1,16})", text.strip(), re.IGNORECASE)
     if found is None:
-        raise _Unreadable(text)
+        raise Unreadable(text)
     return int(found.group(1), 16)
 
 
-def _choice(table: dict[str, int]) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            return table[text.strip().lower()]
-        except KeyError:
-            raise _Unreadable(text) from None
-    return parse
-
-
 def _string(text: str) -> str:
-    if not text.strip() or len(text) > 256:
-        raise _Unreadable(text)
-    return text.strip()
+    return string(text, limit=256)
 
 
-_ENABLED = _choice({"enabled": 1, "disabled": 0})
-_YES = _choice({"yes": 1, "no": 0})
+_ENABLED = choice({"enabled": 1, "disabled": 0})
+_YES = choice({"yes": 1, "no": 0})
 
 # field -> (where: "device" key, "field" (nvmlDeviceGetFieldValues), "pci" member, "system" key), parser
 SINGLE: dict[str, tuple[str, str, Callable[[str], Any]]] = {
@@ -126,7 +112,7 @@ SINGLE: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "inforom.img": ("device", "nvmlDeviceGetInforomImageVersion", _string),
     "driver_version": ("system", "nvmlSystemGetDriverVersion", _string),
     "persistence_mode": ("device", "nvmlDeviceGetPersistenceMode", _ENABLED),
-    "compute_mode": ("device", "nvmlDeviceGetComputeMode", _choice(COMPUTE_MODES)),
+    "compute_mode": ("device", "nvmlDeviceGetComputeMode", choice(COMPUTE_MODES)),
     "pci.domain": ("pci", "domain", _hex),
     "pci.bus": ("pci", "bus", _hex),
     "pci.device": ("pci", "device", _hex),
@@ -189,7 +175,7 @@ def _convert(text: str, parse: Callable[[str], Any], label: str, field: str, war
         return record
     try:
         return parse(text)
-    except (_Unreadable, ValueError, KeyError):
+    except (Unreadable, ValueError, KeyError):
         warnings.append(f"{label} {field}: unreadable value {text.strip()[:40]!r}, not recorded")
         return None
 

@@ -24,8 +24,17 @@ What the host reader reads, from one tree (the first input to give a file wins):
   `hardware/dmidecode` -> dmidecode, `infiniband/ibstat` -> ibstat, `ipmitool/*` -> ipmitool,
   `nvidia/nvidia-smi_-q` -> nvidia-smi.
 
-Everything else in the tree is listed as not used. Symlinks in the tree (sos keeps them:
-`sys/class/net/eth0`, the top-level `lsmod`, `uname`, ...) are refused by `inputs` as any link.
+Everything else in the tree is listed as not used.
+
+Symlinks in the tree (sos keeps them) come from `inputs` as link entries, their target's text only,
+never followed: those where the copied files are (`sys/class/net/eth0 -> ../../devices/.../net/eth0`,
+`etc/sysctl.d/99-sysctl.conf -> ../sysctl.conf`) become recorded links (fs_links.json, resolved inside
+the snapshot by `SnapshotFs`, as `agent.importers.sysfs_tree` records them); sos's top-level shortcuts
+(`lsmod -> sos_commands/kernel/lsmod`, `uname`, `hostname`, ...) are named as the file they point to,
+read there; any other is listed as not used. The interfaces `ip -d address` and `ethtool` describe are
+written where `sys/class/net/<if>` leads, and a value the copied sysfs files hold wins over theirs.
+A file of a tree that is no sos report but a copy of sysfs (`sys/class/...`, `sys/devices/...`) is
+the `sysfs-tree` kind's (`sysfs_tree.take_trees`); the rest is detected by content.
 """
 
 from __future__ import annotations
@@ -44,8 +53,10 @@ from agent.importers.base import (
     detect_kind,
     looks_binary,
     run_importer,
+    valid_fs_path,
 )
 from agent.importers.inputs import Entry
+from agent.importers.sysfs_tree import Placer, lexical_target, resolve, take_link, take_trees
 
 MAX_HELD = 512 << 20  # bytes held until every input is read
 MAX_SYSCTLS = 20_000
@@ -107,6 +118,7 @@ class _Held:
 class _Tree:
     root: str
     files: dict[str, _Held] = field(default_factory=dict)
+    links: dict[str, Entry] = field(default_factory=dict)  # link entries (target text only), by path in the tree
 
 
 class SosreportImporter:
@@ -157,12 +169,21 @@ class SosreportImporter:
                 continue
             root, rel = max(mine, key=lambda pair: len(pair[0]))
             trees.setdefault(root, _Tree(root)).files.setdefault(rel, held)
+        for entry in entries:
+            if entry.link is None or entry.kind != "symlink":
+                continue
+            mine = [(root, rel) for root, rel in splits(entry.name) if root in self._roots]
+            if mine:
+                root, rel = max(mine, key=lambda pair: len(pair[0]))
+                trees.setdefault(root, _Tree(root)).links.setdefault(rel, entry)
         previous = builder.current
         try:
             for tree in trees.values():
                 _judge_tree(tree, builder, by_name, self.others)
+            taken = take_trees([(h.name, h.data) for h in loose if h.data is not None], entries, builder)
             for held in loose:
-                _not_in_a_report(held, builder, by_name[held.name], self.others)
+                if held.name not in taken:
+                    _not_in_a_report(held, builder, by_name[held.name], self.others)
         finally:
             builder.current = previous
             self._held, self._bytes = [], 0
@@ -210,15 +231,27 @@ def _judge_tree(tree: _Tree, builder: Builder, by_name: dict[str, Entry], others
         builder.current = held.name
         return entry, held.data, Contribution()
 
-    # 1. the files sos copied, as they are
+    # 1. the files sos copied, as they are, and its links among them
+    placer = Placer(builder)
     for rel in sorted(r for r in files if _COPIED.match(r)):
         got = begin(rel)
         if got is None:
             continue
         entry, data, result = got
-        if builder.put_fs(rel, data, result):
+        if placer.file(rel, data, result):
             result.contributed.append(f"/{rel}")
         _note(entry, result)
+    for rel, link in sorted(tree.links.items()):
+        builder.current = link.name
+        target = take_link(link, "sosreport")
+        result = Contribution()
+        if _COPIED.match(rel):
+            placer.link(rel, target, result)
+        elif "/" not in rel and (alias := lexical_target(rel, target)) and not alias[1] and alias[0] in files:
+            result.skipped.append(f"/{rel}: sos's shortcut to /{alias[0]}: read there")
+        else:
+            result.skipped.append(f"/{rel}: a symlink (to {target[:120]!r}): not followed, not used by the audit")
+        _note(link, result)
     # 2. the commands whose output becomes host files
     for rel, handler in (("sos_commands/kernel/sysctl_-a", _sysctl_a), ("sos_commands/kernel/uname_-a", _uname),
                          ("sos_commands/host/hostname", _hostname), ("sos_commands/date/date_--utc", _date)):
@@ -385,21 +418,26 @@ def _ip_address(text: str, builder: Builder, result: Contribution) -> set[str]:
             current = None
             if len(names) >= MAX_INTERFACES or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,15}", name) or name in names:
                 continue
-            current = name
             names.add(name)
-            base = f"sys/class/net/{name}"
+            base = net_dir(builder, name)
+            if base is None:
+                result.skipped.append(f"{name}: /sys/class/net/{name} is a recorded link that leads nowhere a "
+                                      "snapshot holds: its ip -d address facts are not recorded")
+                continue
+            current = name
             builder.add_dir(base)
             if m := re.search(r"\bmtu (\d+)", rest):
                 builder.put_fs(f"{base}/mtu", m.group(1) + "\n", result)
             if m := re.search(r"\bstate ([A-Z]+)", rest):
                 builder.put_fs(f"{base}/operstate", m.group(1).lower() + "\n", result)
             if m := re.search(r"\bmaster ([A-Za-z0-9_.:-]{1,15})\b", rest):
-                builder.put_link(f"{base}/master", f"../{m.group(1)}")
+                master = f"../{m.group(1)}" if base == f"sys/class/net/{name}" else f"/sys/class/net/{m.group(1)}"
+                builder.put_link(f"{base}/master", master)
             continue
         words = line.split()
         if current is None or not words:
             continue
-        base = f"sys/class/net/{current}"
+        base = net_dir(builder, current) or f"sys/class/net/{current}"
         if words[0].startswith("link/"):
             arp = _ARP_TYPES.get(words[0].removeprefix("link/"))
             if arp is not None:
@@ -416,9 +454,22 @@ def _ip_address(text: str, builder: Builder, result: Contribution) -> set[str]:
     return names
 
 
+def net_dir(builder: Builder, name: str) -> str | None:
+    """Where /sys/class/net/<name>'s files are: through its recorded link (sos keeps the link and copies
+    the device's folder), or the class folder itself; None when the link leads nowhere fs/ may hold."""
+    base = f"sys/class/net/{name}"
+    if base not in builder.links:
+        return base
+    real = resolve(builder.links, base)
+    return real if real and real.startswith("sys/") and valid_fs_path(real) else None
+
+
 def _ethtool(name: str, text: str, builder: Builder, result: Contribution) -> None:
     match = re.search(r"^\s*Speed:\s*(\d+)Mb/s\s*$", text, re.MULTILINE)
-    if match and builder.put_fs(f"sys/class/net/{name}/speed", match.group(1) + "\n", result):
+    base = net_dir(builder, name)
+    if match and base is None:
+        result.skipped.append(f"{name}: /sys/class/net/{name} is a recorded link that leads nowhere: not recorded")
+    elif match and builder.put_fs(f"{base}/speed", match.group(1) + "\n", result):
         result.contributed.append(f"/sys/class/net/{name}/speed: {match.group(1)}")
     elif not match:
         result.skipped.append(f"{name}: no link speed in it (a down link has none)")

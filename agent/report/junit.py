@@ -1,7 +1,8 @@
 """JUnit XML: one testsuite per area, one testcase per finding.
 
 fail -> <failure>, unknown -> <error> (the check could not run), skip and
-waived -> <skipped>, warn -> passes with the message in <system-out>.
+waived -> <skipped>, warn -> passes with the message in <system-out>. A finding of
+an imported snapshot names its inputs in the testcase's <properties> (`evidence`).
 Every text is cleaned (`agent.sanitise`): XML 1.0 cannot hold NUL, ESC and
 most other control characters even escaped, so one would make the file unreadable.
 """
@@ -30,6 +31,11 @@ def render_junit(report: Report) -> str:
             counts["tests"] += 1
             case = ET.SubElement(suite, "testcase", classname=clean(finding.check), name=clean(finding.subject),
                                  time="0")
+            if finding.evidence:  # an imported snapshot: the inputs this finding's facts came from
+                properties = ET.SubElement(case, "properties")
+                for ref in finding.evidence:
+                    ET.SubElement(properties, "property", name="evidence", value=clean(
+                        f"{ref.describe()} [{ref.kind}]"))
             detail = (f"observed: {clean(repr(finding.observed))}\nexpected: {clean(repr(finding.expected))}\n"
                       f"why: {clean(finding.reason or '')}")
             message = clean(finding.message)

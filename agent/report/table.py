@@ -2,7 +2,8 @@
 
 Columns: status, severity, check, subject, message. Identical results on several GPUs or ports are
 one row (`agent.report.collapse`); a subject is never cut (a long one puts its message on the next
-line), a message only without -v. Every string from outside goes through `agent.sanitise.clean`.
+line), a message only without -v; -v adds each finding's why and, for an imported snapshot, the inputs it
+came from ("from: FILE (SECTION)"). Every string from outside goes through `agent.sanitise.clean`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def _label(finding: Finding, color: bool) -> str:
 def _severity(finding: Finding, color: bool) -> str:
     padded = f"{finding.severity.value:<8}"
     return click.style(padded, bold=True) if color and finding.severity is Severity.CRITICAL else padded
+
+
+def evidence_text(finding: Finding, most: int = 5) -> str:
+    """The inputs of an imported snapshot a finding came from, cleaned: "lspci.txt, report.log (dmesg)"."""
+    refs = finding.evidence or ()
+    text = ", ".join(clean(ref.describe()) for ref in refs[:most])
+    return text + (f" and {len(refs) - most} more" if len(refs) > most else "")
 
 
 def render_table(report: Report, *, verbose: bool = False, color: bool = False, width: int | None = None) -> str:
@@ -73,6 +81,8 @@ def render_table(report: Report, *, verbose: bool = False, color: bool = False, 
                 lines.append(head + f"{subject:<{subject_width}} " + message)
             if verbose and finding.reason and finding.status is not Status.PASS:
                 lines.append(f"{indent}why: {clean(finding.reason)}")
+            if verbose and finding.evidence:
+                lines.append(f"{indent}from: {evidence_text(finding)}")
             if finding.waiver:
                 lines.append(f"{indent}waived until {clean(str(finding.waiver.expires))}: "
                              f"{clean(finding.waiver.reason)}")

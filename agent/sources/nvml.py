@@ -197,6 +197,7 @@ class NvmlReader:
             device_count=int(count),
             gpus=tuple(self.progress.gpus),
             calls=self.progress.calls,
+            attached=_attached(getattr(self.nvml, "attached_gpus", None), int(count)),
         )
 
     # -- one GPU ----------------------------------------------------------------------------------
@@ -559,6 +560,11 @@ def _field_names(nvml: Any) -> dict[int, str]:
     return _FIELD_NAME_CACHE[key]
 
 
+def _attached(value: Any, count: int) -> int | None:
+    """A recording's `attached_gpus` (an nvidia-smi dump of selected GPUs) when it exceeds the GPUs recorded."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > count else None
+
+
 def call_key(name: str, extra: tuple[Any, ...]) -> str:
     return name if not extra else f"{name}({','.join(str(a) for a in extra)})"
 
@@ -590,6 +596,11 @@ class RecordedNvml:
             raise SnapshotError("`system` must be an object and `devices` a list of objects", path=source)
         self.calls = 0
         self.calls_per_device: dict[int, int] = {}
+
+    @property
+    def attached_gpus(self) -> Any:
+        """The node's GPU count where the recording holds only some GPUs (docs/nvml-recording.md)."""
+        return self._data.get("attached_gpus")
 
     @classmethod
     def from_file(cls, path: Path) -> RecordedNvml:

@@ -1,0 +1,168 @@
+"""Well-known kernel messages an SRE acts on, from the kernel log's records (the catalogue of host.kernel.events).
+
+Each rule of `RULES` is one kind of event with a stable id, the message texts that report it (as the
+kernel prints them; the source file is named beside each), and what it asks of the operator: a
+severity, an action of the Xid catalogue's vocabulary (agent/xid_catalog.ACTIONS: critical ones
+`drain`) and `limit`, the count since boot that is still normal (0: any occurrence counts; the corrected-error
+storms allow a few). Profiles override severity, reason, action and limit per id under
+`expect.kernel_events` (checks/host_kernel_events.py).
+
+The first rule that matches a record wins, so the specific texts come first: `BUG: soft lockup` is a
+lockup, not a generic `BUG:`. `parse_kernel_events` reads the records the kmsg reader already holds
+(never the log again), keeps the log's last boot (`kmsg.boot_start`, as `parse_xids` does) and
+leaves the wall-clock boot cut (`kmsg.predates_boot`) to the check, which has the boot time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+from agent.facts import KmsgRecord
+from agent.model import Severity
+from agent.sources.kmsg import boot_start
+
+
+class Rule(NamedTuple):
+    id: str
+    title: str  # what happened, a few words
+    severity: Severity
+    action: str
+    reason: str  # why an SRE acts, one line (the finding's reason)
+    patterns: tuple[str, ...]  # regular expressions searched in the record's message
+    limit: int = 0  # events since boot that are still normal
+    needle: tuple[str, ...] = ()  # literal text every matching message holds (the fast pre-filter)
+
+
+_W, _C, _I = Severity.WARNING, Severity.CRITICAL, Severity.INFO
+
+# An MCE bank status (MCi_STATUS) with bit 61 (UC) set: the top hex digit is one of 2 3 6 7 a b e f.
+_UC_NIBBLE = "[2367abefABEF]"
+_CORRECTED_NIBBLE = "[014589cdCD]"
+
+RULES: tuple[Rule, ...] = (
+    # kernel/watchdog.c, kernel/watchdog_hld.c / watchdog_buddy.c, kernel/rcu/tree_stall.h
+    Rule("kernel.soft_lockup", "soft lockup (a CPU stuck in the kernel)", _C, "drain",
+         "A CPU looped in kernel mode for tens of seconds: the node is unreliable; drain it, then reboot",
+         (r"BUG: soft lockup - CPU#?\d+ stuck for",), needle=("soft lockup",)),
+    Rule("kernel.hard_lockup", "hard lockup (a CPU stopped taking interrupts)", _C, "drain",
+         "A CPU stopped servicing interrupts: the node is unreliable; drain it, then reboot",
+         (r"Watchdog detected hard LOCKUP on cpu",), needle=("hard LOCKUP",)),
+    Rule("kernel.rcu_stall", "RCU stall", _W, "contact_support",
+         "A CPU or task held off RCU grace periods for tens of seconds; it precedes lockups and hangs",
+         (r"INFO: rcu_\w+ (?:self-)?detected stalls?",), needle=("detected stall",)),
+    # kernel/hung_task.c
+    Rule("kernel.hung_task", "task blocked (hung task)", _W, "contact_support",
+         "A task waited in the kernel for minutes (storage, NFS or a driver); jobs touching it hang too",
+         (r"INFO: task .+:\d+ blocked for more than \d+ seconds",), needle=("blocked for more than",)),
+    # arch/x86/kernel/cpu/mce/core.c (__print_mce, mce_panic), drivers/acpi/apei/ghes.c, mm/memory-failure.c
+    Rule("mce.uncorrected", "uncorrected machine check (CPU, memory or bus hardware)", _C, "drain",
+         "The hardware reported an error it could not correct: drain the node and have the part named replaced",
+         (r"Machine Check Exception:",
+          rf"Machine Check: [0-9a-fA-F]+ Bank \d+: {_UC_NIBBLE}[0-9a-fA-F]{{15}}\b",
+          r"Kernel panic - not syncing: Fatal [Mm]achine check",
+          r"\[Hardware Error\]: +event severity: (?:fatal|recoverable)",
+          r"Memory failure: 0x[0-9a-f]+: recovery action for"),
+         needle=("Machine Check", "Machine check", "Hardware Error", "Memory failure")),
+    Rule("mce.corrected", "corrected machine checks", _W, "contact_support",
+         "Corrected machine checks beyond a few since boot predict an uncorrected one: have the part checked",
+         (rf"Machine Check: [0-9a-fA-F]+ Bank \d+: {_CORRECTED_NIBBLE}[0-9a-fA-F]{{15}}\b",
+          r"Machine check events logged",
+          r"\[Hardware Error\]: +event severity: corrected"),
+         limit=10, needle=("Machine Check", "Machine check", "Hardware Error")),
+    # drivers/edac/edac_mc.c (edac_ue_error, edac_ce_error: "EDAC MC0: 1 UE ..." / "1 CE ...")
+    Rule("edac.uncorrected", "uncorrected memory error (EDAC)", _C, "drain",
+         "The memory controller reported an uncorrected error: data was lost; drain and replace the DIMM",
+         (r"EDAC MC\d+: (?:\d+ )?UE\b",), needle=("EDAC",)),
+    Rule("edac.corrected", "corrected memory errors (EDAC)", _W, "contact_support",
+         "A storm of corrected memory errors points at a failing DIMM before it fails uncorrectably",
+         (r"EDAC MC\d+: (\d+ )?CE\b",), limit=100, needle=("EDAC",)),
+    # drivers/pci/pcie/aer.c (aer_print_error: "PCIe Bus Error: severity=%s, ..."; strings
+    # "Uncorrected (Fatal)", "Uncorrected (Non-Fatal)", "Corrected", "...able" since 6.x)
+    Rule("pcie.aer.uncorrected", "uncorrected PCIe error (AER)", _C, "drain",
+         "A PCIe device or link reported an uncorrectable error: the device named may be lost; drain, then reseat "
+         "or replace it",
+         (r"(?:PCIe|CXL) Bus Error: severity=Uncorrect(?:ed|able) \((?:Non-)?Fatal\)",
+          r"AER: (?:Multiple )?Uncorrect(?:ed|able) \((?:Non-)?Fatal\) error (?:message )?received"),
+         needle=("Bus Error", "AER:")),
+    Rule("pcie.aer.corrected", "corrected PCIe errors (AER)", _W, "check_mechanicals",
+         "A storm of corrected PCIe errors means a marginal link (riser, cable, slot) that tends to get worse",
+         (r"(?:PCIe|CXL) Bus Error: severity=Correct(?:ed|able)",), limit=10, needle=("Bus Error",)),
+    # drivers/nvme/host/pci.c (nvme_timeout, nvme_warn_reset), drivers/nvme/host/core.c
+    Rule("nvme.timeout", "NVMe command timeouts or controller resets", _W, "contact_support",
+         "An NVMe drive stopped answering (timeouts, controller reset): failing drive, firmware or link",
+         (r"nvme\d+: I/O (?:tag )?\d+ .*QID \d+ timeout",
+          r"nvme\d+: controller is down; will reset",
+          r"nvme\d+: Removing after probe failure",
+          r"nvme\d+: Disabling device after reset failure"), needle=("nvme",)),
+    # block/blk-core.c (blk_print_req_error / print_req_error), fs/buffer.c
+    Rule("block.io_error", "block device I/O errors", _W, "contact_support",
+         "Reads or writes failed on a disk: a failing drive or path; data on it is at risk",
+         (r"I/O error, dev (?!sr\d|fd\d|loop\d)\S+, sector",
+          r"Buffer I/O error on dev (?!sr\d|fd\d|loop\d)"), needle=("I/O error",)),
+    # fs/ext4/super.c (__ext4_error*: "EXT4-fs error (device %s): ..."), fs/xfs/xfs_error.c, xfs_fsops.c
+    Rule("fs.corruption", "filesystem error or corruption (ext4, XFS)", _C, "drain",
+         "A filesystem found corruption or shut down: drain the node, unmount and repair (fsck, xfs_repair)",
+         (r"EXT4-fs error \(device",
+          r"EXT4-fs \(\S+\): Remounting filesystem read-only",
+          r"XFS \(\S+\): (?:Metadata )?[Cc]orruption (?:of in-memory data )?detected",
+          r"XFS \(\S+\): .*[Ff]ilesystem has been shut down"), needle=("EXT4-fs", "XFS")),
+    # arch/x86/mm/fault.c, arch/x86/kernel/dumpstack.c (__die: "Oops: ..."), lib/bug.c ("kernel BUG at")
+    Rule("kernel.oops", "kernel oops or BUG", _C, "drain",
+         "The kernel hit a bug or a bad memory access; it is tainted and may misbehave: drain, then reboot",
+         (r"^BUG: ", r"^Oops: ", r"^Internal error: Oops", r"^kernel BUG at \S+:\d+!", r"^general protection fault"),
+         needle=("BUG", "Oops", "general protection fault")),
+    # fs/file_table.c (alloc_empty_file: "VFS: file-max limit %lu reached")
+    Rule("vfs.file_max", "file-handle table exhausted (fs.file-max)", _W, "restart_app",
+         "The host ran out of file handles: opens fail everywhere; find the leaking process or raise fs.file-max",
+         (r"VFS: file-max limit \d+ reached",), needle=("file-max",)),
+    # mm/oom_kill.c (__oom_kill_process: "%s: Killed process %d (%s) ...", message "Out of memory" for the
+    # host, "Memory cgroup out of memory" for a cgroup's limit; "Kill process ... or sacrifice child" before 4.19)
+    Rule("mm.oom_kill", "OOM killer killed processes (host out of memory)", _W, "restart_app",
+         "The host ran out of memory and the kernel killed processes: jobs overcommit host RAM (or something leaks)",
+         (r"^Out of memory: Kill(?:ed)? process",), needle=("Out of memory",)),
+    Rule("mm.oom_kill.memcg", "OOM killer in a memory cgroup (a job's own limit)", _I, "restart_app",
+         "A container or job hit its own memory limit: the job's sizing, not the node",
+         (r"^Memory cgroup out of memory: Kill(?:ed)? process",), needle=("Memory cgroup out of memory",)),
+    # NVIDIA open-gpu-kernel-modules kernel-open/nvidia-peermem/nvidia-peermem.c (peer_err: "nvidia-peermem
+    # %s:%d ERROR "), Mellanox nv_peer_mem (peer_err: "nv_mem %s:%d ")
+    Rule("nvidia.peermem", "nvidia-peermem (GPUDirect RDMA) errors", _W, "contact_support",
+         "GPUDirect RDMA memory registration failed or was torn down under a live mapping; repeats break RDMA jobs",
+         (r"nvidia-peermem \S+:\d+ ERROR ", r"^nv_mem(?:ERR)? \S+:\d+ "), needle=("nvidia-peermem", "nv_mem")),
+)
+
+BY_ID = {rule.id: rule for rule in RULES}
+_COMPILED = tuple((rule, tuple(re.compile(p) for p in rule.patterns)) for rule in RULES)
+_CALLER_RE = re.compile(r"^\[\s*[TC]\d+\] ")  # CONFIG_PRINTK_CALLER's "[  T123] " before the text
+_NEEDLES = re.compile("|".join(sorted({re.escape(n) for rule in RULES for n in rule.needle})))
+
+
+class KernelEvent(NamedTuple):
+    rule: str  # Rule.id
+    record: KmsgRecord
+
+
+def match_record(record: KmsgRecord) -> Rule | None:
+    """The first rule whose text the record's message holds, or None."""
+    message = record.message
+    if not _NEEDLES.search(message):
+        return None
+    message = _CALLER_RE.sub("", message, count=1)
+    for rule, patterns in _COMPILED:
+        if any(p.search(message) for p in patterns):
+            return rule
+    return None
+
+
+def _events(records: Iterable[KmsgRecord]) -> Iterator[KernelEvent]:
+    for record in records:
+        rule = match_record(record)
+        if rule is not None:
+            yield KernelEvent(rule.id, record)
+
+
+def parse_kernel_events(records: Iterable[KmsgRecord]) -> tuple[KernelEvent, ...]:
+    """The catalogued events of the log's last boot (all of it unless its since-boot clock restarts)."""
+    kept = records if isinstance(records, (list, tuple)) else tuple(records)
+    return tuple(_events(kept[boot_start(kept):]))
