@@ -16,7 +16,6 @@ the audit and the daemon; the check `baseline.drift` compares (checks/baseline_d
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -38,9 +37,10 @@ from agent.sources.baseline import (  # re-exported: the file format lives in th
 # agent.cli imports this module for its command group: what `nodewarden --version` need not load
 # (facts, engine, sources) is imported inside the functions.
 if TYPE_CHECKING:
-    from agent.engine import AuditRequest, NodeSource
+    from agent.engine import AuditRequest
     from agent.facts import BmcFacts, GpuFacts, NvmlFacts
     from agent.model import Unknown
+    from agent.node import NodeSource
     from agent.profiles import ProfileStore
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -133,10 +133,11 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
 
     `recorded_at` is when the readings were taken: now, or a snapshot's `captured_at`.
     """
-    from agent.engine import choose_profile, node_info, observed_at, open_node, read_bmc, read_host
+    from agent.engine import choose_profile
     from agent.errors import AuditError
     from agent.facts import BmcFacts, NvmlFacts
     from agent.model import Unknown, Unsupported
+    from agent.node import node_info, observed_at, open_node, read_bmc, read_host
     from agent.profiles import ProfileStore
     from agent.sources.host import absent_host_facts
 
@@ -187,6 +188,8 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
 
 
 def baseline_text(doc: dict[str, Any]) -> str:
+    import json  # here: `nodewarden --version` loads this module for its command group
+
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -266,7 +269,8 @@ def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Pa
                     force: bool, **bmc: Any) -> None:
     """Record this node's idle GPU and BMC readings. Exit 0 recorded, 1 a GPU is not idle, 2 bad input."""
     from agent.cli_options import bmc_options, load_cli_config
-    from agent.engine import AuditRequest, open_node
+    from agent.engine import AuditRequest
+    from agent.node import open_node
 
     config = load_cli_config(config_path)
     request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, bmc=bmc_options(config, bmc))

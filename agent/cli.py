@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -79,6 +78,8 @@ def _traceback(ctx: click.Context) -> dict[str, Any]:
     """-vv: the traceback, printed (text) or as the JSON line's `exc` field."""
     if not _verbose(ctx):
         return {}
+    import traceback  # only on an error under -vv (`--version` and clean runs never need it)
+
     if wants_json(ctx):
         return {"exc": traceback.format_exc()}
     traceback.print_exc()
@@ -156,7 +157,6 @@ def audit(state: State, /, simulate: str | None, snapshot: Path | None, config_p
     """Audit a node against its profile. Exit 0 no fail, 1 fail, 2 bad input, 3 could not run."""
     from agent.cli_support import check_selection, stdout_is_tty
     from agent.engine import AuditRequest, run_audit
-    from agent.fsutil import write_output
     from agent.report import render
 
     check_selection(only, skip)
@@ -169,6 +169,8 @@ def audit(state: State, /, simulate: str | None, snapshot: Path | None, config_p
     color = fmt == "table" and use_color(tty)
     text = render(report, fmt, verbose=state.verbose > 0, color=color)
     if output is not None:
+        from agent.fsutil import write_output  # its socket and secrets imports only when writing a file
+
         write_output(output, text)
     else:
         click.echo(text, nl=False, color=color)
@@ -242,8 +244,9 @@ def profiles_validate(files: tuple[Path, ...]) -> None:
 @source_options
 def profiles_match(simulate: str | None, snapshot: Path | None, config_path: Path | None, **_bmc: Any) -> None:
     """Show which profile a node matches, and on what."""
-    from agent.engine import AuditRequest, node_identity, open_node
+    from agent.engine import AuditRequest
     from agent.matching import select
+    from agent.node import node_identity, open_node
     from agent.profiles import ProfileStore
 
     config = _config(config_path)
@@ -272,8 +275,9 @@ def snapshot() -> None:
 def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: Path | None,
                      out: Path, redact: str | None, **bmc: Any) -> None:
     """Capture this node (or copy a simulated/recorded one) into DIR or FILE.tar.gz."""
-    from agent.engine import AuditRequest, open_node
+    from agent.engine import AuditRequest
     from agent.importers.archive import capture_archive, is_archive, parse_redact
+    from agent.node import open_node
     from agent.profiles import ProfileStore
     from agent.snapshot import capture_live, copy_snapshot
 
@@ -482,17 +486,9 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, out
     """Summarise audit JSON files or folders of them (as fleet-audit.yml collects them). Exit 2: no input."""
     import datetime as dt
 
-    from agent.fleet import (
-        FleetInputError,
-        FleetOptions,
-        build_fleet,
-        input_files,
-        newest_per_node,
-        progress_bar,
-        read_reports,
-    )
-    from agent.fleet.render import render_csv, render_html, render_json, render_md
-    from agent.fsutil import write_output
+    from agent.fleet import FleetInputError, FleetOptions, build_report, input_files, progress_bar, read_reports
+    from agent.fleet.render import iter_csv, iter_html, iter_json, iter_md
+    from agent.fsutil import write_output_stream
 
     options = FleetOptions(stale_after=_duration(stale_after), expiring_within=_duration(expiring_within),
                            thermal_delta_c=thermal_delta)
@@ -504,25 +500,30 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, out
     if not inputs and not prometheus:
         raise FleetInputError("no input: give audit JSON files or folders, or --prometheus URL")
     files, missing_inputs = input_files(inputs)
-    nodes, skipped = read_reports(files, keep_rows=fmt == "csv", progress=progress_bar())
-    skipped = missing_inputs + skipped
-    if prometheus:
-        from agent.fleet.prometheus import read_prometheus
+    reader = read_reports(files, keep_rows=fmt == "csv", progress=progress_bar())
+    try:
+        skipped = missing_inputs + reader.skipped
+        if prometheus:
+            from agent.fleet.prometheus import read_prometheus
 
-        nodes += read_prometheus(prometheus, keep_rows=fmt == "csv")
-    for item in skipped:
-        warn(f"skipped {item.path}: {item.reason}")
-    if not nodes:
-        raise FleetInputError(f"no usable audit report among {len(files)} file(s)"
-                              + (f" ({len(skipped)} skipped)" if skipped else ""))
-    nodes, duplicates = newest_per_node(nodes)
-    data = build_fleet(nodes, skipped, duplicates, options)
-    text = {"json": lambda: render_json(data), "md": lambda: render_md(data), "html": lambda: render_html(data),
-            "csv": lambda: render_csv(nodes)}[fmt]()
-    if output is not None:
-        write_output(output, text)
-    else:
-        click.echo(text, nl=False)
+            for summary in read_prometheus(prometheus, keep_rows=fmt == "csv"):
+                reader.add_summary(summary)
+        for item in skipped:
+            warn(f"skipped {item.path}: {item.reason}")
+        if not reader.by_name:
+            raise FleetInputError(f"no usable audit report among {len(files)} file(s)"
+                                  + (f" ({len(skipped)} skipped)" if skipped else ""))
+        nodes = reader.records()
+        data = build_report(nodes, skipped, reader.duplicates(), options)
+        chunks = {"json": lambda: iter_json(data), "md": lambda: iter_md(data), "html": lambda: iter_html(data),
+                  "csv": lambda: iter_csv(reader, nodes)}[fmt]()
+        if output is not None:
+            write_output_stream(output, chunks)
+        else:
+            for chunk in chunks:
+                click.echo(chunk, nl=False)
+    finally:
+        reader.close()
 
 
 def _register_baseline() -> None:

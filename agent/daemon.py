@@ -30,14 +30,17 @@ from typing import Any
 from agent import sdnotify
 from agent.config import Config, load_config
 from agent.credentials import BmcOptions, read_password_file
-from agent.engine import AuditRequest, NodeSource, Report, choose_profile, evaluate, open_node, read_bmc
+from agent.engine import AuditRequest, choose_profile, evaluate
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
 from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings, freshness_families
 from agent.model import SourceStatus, Status, Unknown, Unsupported
+from agent.node import NodeSource, open_node, read_bmc
 from agent.profiles import ProfileStore
+from agent.report.model import Report
 from agent.report.prom import render_families
 from agent.sources.baseline import load_node_baseline
+from agent.sources.deadline import DeadlineExceeded, call_with_deadline
 from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
 from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower, boot_start
 from agent.sources.xid import parse_xid
@@ -160,13 +163,12 @@ class SourcePoller:
                 box["error"] = f"{type(exc).__name__}: {exc}"
 
         start = time.monotonic()
-        worker = threading.Thread(target=work, name=f"read-{self.name}", daemon=True)
-        worker.start()
-        worker.join(timeout)
+        try:
+            call_with_deadline(work, timeout_s=timeout, name=f"read-{self.name}")
+        except DeadlineExceeded as exc:  # the worker is left running: not polled again until it returns
+            self._hung, self._hung_since = exc.thread, start
+            return self._failed(f"timed out after {timeout:g} s", time.monotonic() - start)
         elapsed = time.monotonic() - start
-        if worker.is_alive():
-            self._hung, self._hung_since = worker, start
-            return self._failed(f"timed out after {timeout:g} s", elapsed)
         if "error" in box:
             return self._failed(box["error"], elapsed)
         value, statuses = box["value"]
@@ -211,6 +213,7 @@ class Daemon:
         self._last_auto_apply = 0.0
         self._auto_apply_thread: threading.Thread | None = None
         self.baseline = load_node_baseline(self.node, request.config)  # again on SIGHUP
+        self._nvml: Any = None  # the NVML poller's NvmlSession, opened at its first read
         self.pollers = self._make_pollers()
         self.kmsg = self._make_follower()
         self._last_published: dict[str, float] = {}
@@ -265,7 +268,14 @@ class Daemon:
         return tuple(profile.sysctl_keys)
 
     def _read_nvml(self) -> tuple[NvmlFacts | Unknown, dict[str, SourceStatus]]:
-        facts, status = self.node.read_nvml(self.settings.timeouts["nvml"])
+        # One NVML session for the daemon's life: initialised once, each GPU's static values cached
+        # between polls and read again after a driver reload or a new Xid (agent.sources.nvml_live).
+        from agent.sources.nvml_live import NvmlSession  # pynvml only when GPUs are read
+
+        if self._nvml is None:
+            snap = self.node.snapshot
+            self._nvml = NvmlSession.live() if snap is None else NvmlSession.replay(snap.path / "nvml.json")
+        facts, status = self._nvml.read(self.settings.timeouts["nvml"])
         return facts, {"nvml": status}
 
     def _read_bmc(self, sensors_only: bool) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
@@ -279,6 +289,7 @@ class Daemon:
         return None
 
     def _on_kmsg(self, records: list[KmsgRecord]) -> None:
+        fresh = self._kmsg_started  # the first batch is history: NVML's first read came after it
         if not self._kmsg_started:
             # The first batch is the whole log so far: a recorded one may hold earlier boots,
             # whose Xids are history (the audit drops them the same way).
@@ -292,6 +303,8 @@ class Daemon:
         for event in new:
             log.warning("Xid %d on %s: %s", event.xid, event.pci_bus_id, event.message,
                         extra={"fields": {"event": "xid", "xid": event.xid, "pci": event.pci_bus_id}})
+            if fresh and self._nvml is not None:
+                self._nvml.gpu_event(event.pci_bus_id)  # its static NVML values are read again
         self._changed.set()
 
     def _on_result(self, name: str, result: PollResult) -> None:
@@ -573,6 +586,8 @@ class Daemon:
         log.info("stopping", extra={"fields": {"event": "stopping"}})
         if self.kmsg is not None:
             self.kmsg.stop()
+        if self._nvml is not None:
+            self._nvml.close()
         self.server.stop()
         return 0
 

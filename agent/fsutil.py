@@ -38,11 +38,9 @@ import contextlib
 import errno
 import os
 import re
-import secrets
-import socket
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agent.errors import EXIT_CANNOT_RUN, NodewardenError
@@ -51,6 +49,7 @@ _MAX_LINKS = 8  # symlinks followed from an output name (the kernel allows 40 in
 _MAX_WALK_LINKS = 40
 _STD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
 _FD_PATH_RE = re.compile(r"^/(?:dev/fd|proc/self/fd)/(\d{1,9})$")
+_WRITE_BATCH = 1 << 20  # `write_output_stream` gathers small chunks into writes of about this size
 
 
 class FileSafetyError(NodewardenError):
@@ -99,6 +98,8 @@ def _open_folder(folder: str, shown: str) -> int:
 
 
 def _temp_name(name: str) -> str:
+    import secrets  # here, not at import: it pulls in hashlib (OpenSSL), random, base64
+
     return f".{name[:200]}.{secrets.token_hex(6)}.tmp"
 
 
@@ -142,6 +143,12 @@ write_all = _write_all  # for the journal, which appends rather than replaces
 
 def _replace_in(dir_fd: int, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, shown: str) -> None:
     """Atomically replace `name` inside the folder `dir_fd` (see the module docstring)."""
+    _replace_in_chunks(dir_fd, name, (data,), mode, owner, shown)
+
+
+def _replace_in_chunks(dir_fd: int, name: str, chunks: Iterable[bytes | str], mode: int,
+                       owner: tuple[int, int] | None, shown: str) -> None:
+    """`_replace_in` of the concatenated `chunks`, written as they come (never joined in memory)."""
     for _attempt in range(16):
         tmp = _temp_name(name)
         try:
@@ -154,7 +161,17 @@ def _replace_in(dir_fd: int, name: str, data: bytes, mode: int, owner: tuple[int
         raise FileSafetyError("cannot create a temporary file: every name tried exists", path=shown)
     try:
         try:
-            _write_all(fd, data)
+            pending: list[bytes] = []
+            size = 0
+            for chunk in chunks:  # a failure here (the producer raised) leaves the old file in place
+                data = _as_bytes(chunk)
+                pending.append(data)
+                size += len(data)
+                if size >= _WRITE_BATCH:
+                    _write_all(fd, b"".join(pending))
+                    pending, size = [], 0
+            if pending:
+                _write_all(fd, b"".join(pending) if len(pending) > 1 else pending[0])
             if owner is not None:
                 with contextlib.suppress(PermissionError):  # not root: the new file stays ours
                     os.fchown(fd, owner[0], owner[1])
@@ -232,6 +249,8 @@ def _write_special(dir_fd: int, name: str, st: os.stat_result, data: bytes, show
 
 
 def _write_socket(path: str, data: bytes, shown: str) -> None:
+    import socket  # only for an output that is a Unix socket
+
     for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
         with socket.socket(socket.AF_UNIX, kind) as sock:
             try:
@@ -297,6 +316,41 @@ def write_output(path: str | Path, data: bytes | str, *, mode: int = 0o644) -> N
         finally:
             os.close(dir_fd)
     raise FileSafetyError(f"more than {_MAX_LINKS} symlinks to follow", path=shown)
+
+
+def write_output_stream(path: str | Path, chunks: Iterable[bytes | str], *, mode: int = 0o644) -> None:
+    """`write_output` of the concatenation of `chunks`, for outputs made in pieces (the fleet report).
+
+    A missing or regular file at `path` is replaced exactly as `write_output` replaces it (a
+    temporary file made O_EXCL|O_NOFOLLOW in the same folder, fchown/fchmod on its descriptor,
+    fsync, rename, folder fsync, inode check), but the chunks are written as they come, never
+    joined in memory; if producing them fails, the temporary file is removed and the old file
+    stays. Anything else at `path` (stdout, a descriptor path, a device, a FIFO, a socket, a
+    symlink) is handed to `write_output` whole, by its rules.
+    """
+    text = os.fspath(path)
+    folder, name = os.path.split(text)
+    if (text != "-" and _FD_PATH_RE.match(text) is None and text not in _STD_STREAMS
+            and name not in ("", ".", "..")):
+        dir_fd = _open_folder(folder or ".", text)
+        try:
+            try:
+                st: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            except OSError as exc:
+                raise _os_error(exc, text, "look at it") from None
+            if st is None or stat.S_ISREG(st.st_mode):
+                owner = None if st is None else (st.st_uid, st.st_gid)
+                try:
+                    _replace_in_chunks(dir_fd, name, chunks, mode if st is None else stat.S_IMODE(st.st_mode),
+                                       owner, text)
+                except OSError as exc:
+                    raise _os_error(exc, text, "write it") from None
+                return
+        finally:
+            os.close(dir_fd)
+    write_output(path, b"".join(_as_bytes(chunk) for chunk in chunks), mode=mode)
 
 
 # --- folders nodewarden trusts (the remediation state) ------------------------------------------

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 import threading
 import time
 from typing import TextIO
 
+from agent.lazyre import lazy_compile
+
 # Loggers of the libraries under us. The DMTF redfish client logs every request at INFO and, at
 # DEBUG, headers with the session token (it redacts only `Authorization`) and login bodies whose
 # password mask breaks on a quote: they stay at WARNING unless --debug-http asks for them.
 LIBRARY_LOGGERS = ("redfish", "urllib3", "requests", "pyghmi")
-_SECRET_PATTERNS = (
-    re.compile(r"(?i)\b(x-auth-token|authorization|cookie|set-cookie|proxy-authorization)(['\"]?\s*[:=]\s*['\"]?)"
-               r"(?:basic |bearer )?[^\s'\",}]+"),
-    re.compile(r"(?i)(\"(?:password|token|sessiontoken|x-auth-token)\"\s*:\s*)\"(?:[^\"\\]|\\.)*\""),
-)
+_SECRET_HEADER = lazy_compile(
+    r"(?i)\b(x-auth-token|authorization|cookie|set-cookie|proxy-authorization)(['\"]?\s*[:=]\s*['\"]?)"
+    r"(?:basic |bearer )?[^\s'\",}]+")
+_SECRET_FIELD = lazy_compile(r"(?i)(\"(?:password|token|sessiontoken|x-auth-token)\"\s*:\s*)\"(?:[^\"\\]|\\.)*\"")
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
 
@@ -38,8 +38,8 @@ def redact(text: str) -> str:
     for secret in known:
         if secret in text:
             text = text.replace(secret, "<REDACTED>")
-    text = _SECRET_PATTERNS[0].sub(lambda m: f"{m.group(1)}{m.group(2)}<REDACTED>", text)
-    return _SECRET_PATTERNS[1].sub(lambda m: f'{m.group(1)}"<REDACTED>"', text)
+    text = _SECRET_HEADER().sub(lambda m: f"{m.group(1)}{m.group(2)}<REDACTED>", text)
+    return _SECRET_FIELD().sub(lambda m: f'{m.group(1)}"<REDACTED>"', text)
 
 
 class RedactingFilter(logging.Filter):

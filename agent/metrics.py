@@ -30,10 +30,10 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from agent.credentials import Secret
-from agent.engine import Report
 from agent.errors import NodewardenError
 from agent.facts import BmcFacts, NvmlFacts
 from agent.model import Unknown
+from agent.report.model import Report
 from agent.report.prom import render_families, report_families
 
 log = logging.getLogger(__name__)

@@ -30,13 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from agent.change_kinds import VerifyError, kind_named, kind_of
-from agent.engine import AuditRequest, Report, open_node, run_audit
+from agent.engine import AuditRequest, run_audit
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import NodeFacts
 from agent.fsutil import trusted_dir
 from agent.journal import JournalError, JournalWriteError, RunJournal, StateDir, hold_lock, new_run_id
 from agent.model import Status
+from agent.node import open_node
 from agent.profiles import ProfileStore
+from agent.report.model import Report
 from checks import all_checks
 from remediations import (
     Action,

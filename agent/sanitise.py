@@ -22,19 +22,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agent.lazyre import lazy_compile
+
 # C0 controls (tab and newline included), DEL, C1 controls, bidi marks and overrides, line and
 # paragraph separators, BOM, the two noncharacters XML forbids, and every surrogate code point.
 _NOT_US = ("\x00-\x09\x0b-\x1e\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff\ufffe\uffff"
            "\ud800-\udfff")  # all but newline and \x1f (the unit separator, used to join a CSV row below)
 _UNSAFE_CHARS = _NOT_US + "\x1f"
 _UNSAFE = re.compile(f"[\n{_UNSAFE_CHARS}]")
-_UNSAFE_BUT_NEWLINE = re.compile(f"[{_UNSAFE_CHARS}]")  # for formats that escape newlines themselves
-_UNSAFE_BUT_US = re.compile(f"[\n{_NOT_US}]")
+_UNSAFE_BUT_NEWLINE = lazy_compile(f"[{_UNSAFE_CHARS}]")  # for formats that escape newlines themselves
+_UNSAFE_BUT_US = lazy_compile(f"[\n{_NOT_US}]")
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 FORMULA_START = ("=", "+", "-", "@")
 _FORMULA_AFTER_US = tuple("\x1f" + c for c in FORMULA_START)
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~])")  # what ends a cell, formats, links or starts HTML
+_NUMBER = lazy_compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_MARKDOWN = lazy_compile(r"([\\`*_\[\]<>|~])")  # what ends a cell, formats, links or starts HTML
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -50,7 +52,7 @@ def _escape(match: re.Match[str]) -> str:
 
 def clean(text: str, *, newlines: bool = False) -> str:
     """`text` with every unsafe character replaced by a visible escape (`newlines`: keep `\\n`)."""
-    pattern = _UNSAFE_BUT_NEWLINE if newlines else _UNSAFE
+    pattern = _UNSAFE_BUT_NEWLINE() if newlines else _UNSAFE
     return text if pattern.search(text) is None else pattern.sub(_escape, text)
 
 
@@ -72,7 +74,7 @@ def clean_value(value: Any) -> Any:
 def csv_cell(text: str) -> str:
     """A clean CSV cell that a spreadsheet shows as text, never runs as a formula."""
     text = clean(text)
-    if text.startswith(FORMULA_START) and _NUMBER.fullmatch(text) is None:
+    if text.startswith(FORMULA_START) and _NUMBER().fullmatch(text) is None:
         return "'" + text
     return text
 
@@ -80,7 +82,7 @@ def csv_cell(text: str) -> str:
 def csv_row(cells: list[str]) -> list[str]:
     """`csv_cell` of each cell; a row that needs nothing (the usual case) costs a few C-level searches."""
     joined = "\x1f" + "\x1f".join(cells)  # each cell follows one \x1f: formulas are "\x1f=" etc.
-    if (_UNSAFE_BUT_US.search(joined) is None and joined.count("\x1f") == len(cells)
+    if (_UNSAFE_BUT_US().search(joined) is None and joined.count("\x1f") == len(cells)
             and not any(start in joined for start in _FORMULA_AFTER_US)):
         return cells
     return [csv_cell(cell) for cell in cells]
@@ -88,4 +90,4 @@ def csv_row(cells: list[str]) -> list[str]:
 
 def md_cell(value: Any) -> str:
     """One Markdown table cell: clean, one line, with Markdown's special characters escaped."""
-    return _MARKDOWN.sub(r"\\\1", clean(str(value)))
+    return _MARKDOWN().sub(r"\\\1", clean(str(value)))

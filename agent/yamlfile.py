@@ -24,7 +24,6 @@ alias's line, like every other error.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import stat
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import __version__
+from agent.digest import sha256_hex
 from agent.errors import NodewardenError
 from agent.jsonfile import load_json_file, read_bounded
 
@@ -138,7 +138,7 @@ def load_yaml_file(path: Path, error: type[NodewardenError] = NodewardenError) -
         raise error(f"cannot read: {exc.strerror}", path=str(path)) from None
     if len(data) > MAX_BYTES:
         raise error(f"larger than {MAX_BYTES >> 20} MiB: not a file nodewarden reads", path=str(path))
-    digest = hashlib.sha256(data).hexdigest()
+    digest = sha256_hex(data)
     cached = _cache_get(digest)
     if cached is not None:
         return cached

@@ -11,13 +11,16 @@ importer's repeat filter cannot shrink it):
 * `nvidia-bug-report.log.gz` of ~1 MB (the baseline), ~50 MB and ~500 MB uncompressed, sections
   gzip'd one by one as nvidia-bug-report.sh writes them, the dmesg section being almost all of it;
 * `bundle.tar.gz` holding a ~500 MB `var/log/dmesg` and an `nvidia-smi -q` dump.
+* with --sosreport / --only-sosreport: a sos report tarball (w:gz level 1) of the fixtures/sosreport tree plus
+  ~150 MB of sos_commands/kernel/dmesg, ~200 MB of var/log/messages and a ~150 MB binary system.journal;
+  after its import `audit --snapshot` is timed and its peak RSS read too.
 
 Each is imported by `nodewarden snapshot import INPUT --out DIR` as a whole process (a wrapper
 whose only child is the import reads its `ru_maxrss`), interleaved run by run. Each snapshot is
 then checked: kmsg.txt holds at most agent.importers.base.MAX_KMSG_LINES lines, they are the
 *last* lines of the input, and `nodewarden audit --snapshot DIR --format json` exits 0 or 1.
 
-Usage: python benchmarks/bench_import.py [--runs 1] [--sizes 1,50,500] [--keep DIR]
+Usage: python benchmarks/bench_import.py [--runs 1] [--sizes 1,50,500] [--sosreport | --only-sosreport] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -138,6 +141,98 @@ def dmesg_tarball(path: Path, nbytes: int, folder: Path) -> int:
     return size
 
 
+SOS_TREE = F / "sosreport" / "sosreport-gpu-node-07-2024-11-05-qxbzkta"
+SOS_PARTS = {"dmesg": 150_000_000, "messages": 200_000_000, "journal": 150_000_000}  # bytes added to the tree
+
+
+def sos_dmesg(nbytes: int) -> Iterator[bytes]:
+    """~`nbytes` of `dmesg` lines as sos writes them (`[seconds.micro] message`), each later than the last."""
+    messages = _messages()
+    written, index = 0, 0
+    while written < nbytes:
+        lines, size = [], 0
+        while size < 1 << 20 and written + size < nbytes:
+            micro = 13_000_000 + index * 997
+            line = f"[{micro // 1_000_000:5d}.{micro % 1_000_000:06d}] {messages[index % len(messages)]}\n"
+            lines.append(line)
+            size += len(line)
+            index += 1
+        chunk = "".join(lines).encode()
+        written += len(chunk)
+        yield chunk
+
+
+def sos_messages(nbytes: int) -> Iterator[bytes]:
+    """~`nbytes` of /var/log/messages (syslog) lines: the kernel messages as `kernel:` lines, seconds advancing."""
+    messages = _messages()
+    start = dt.datetime(2024, 10, 1, 0, 0, 0)
+    written, index = 0, 0
+    while written < nbytes:
+        lines, size = [], 0
+        while size < 1 << 20 and written + size < nbytes:
+            when = start + dt.timedelta(milliseconds=index * 37)
+            stamp = f"{when:%b} {when.day:2d} {when:%H:%M:%S}"
+            line = f"{stamp} gpu-node-07 kernel: [{index // 1000:6d}.{index % 1000:03d}000] " \
+                   f"{messages[index % len(messages)]}\n"
+            lines.append(line)
+            size += len(line)
+            index += 1
+        chunk = "".join(lines).encode()
+        written += len(chunk)
+        yield chunk
+
+
+def sos_tarball(path: Path, folder: Path) -> int:
+    """sosreport-...tar.gz: the synthetic sos tree of fixtures/sosreport plus a ~150 MB sos_commands/kernel/dmesg,
+    a ~200 MB var/log/messages and a ~150 MB var/log/journal/<id>/system.journal (random bytes); its size
+    uncompressed (the files' total)."""
+    tree = folder / SOS_TREE.name
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(SOS_TREE, tree)
+    journal = tree / "var" / "log" / "journal" / "5b2e6c1d8f3a4e479c0b7d1a2f3e4b5c" / "system.journal"
+    journal.parent.mkdir(parents=True)
+    with open(tree / "sos_commands" / "kernel" / "dmesg", "ab") as out:
+        for chunk in sos_dmesg(SOS_PARTS["dmesg"]):
+            out.write(chunk)
+    with open(tree / "var" / "log" / "messages", "ab") as out:
+        for chunk in sos_messages(SOS_PARTS["messages"]):
+            out.write(chunk)
+    with open(journal, "wb") as out:
+        out.write(b"LPKSHHRH")  # a journal file's signature, then noise
+        for _ in range(SOS_PARTS["journal"] >> 20):
+            out.write(os.urandom(1 << 20))
+    total = sum(f.stat().st_size for f in tree.rglob("*") if f.is_file())
+    with tarfile.open(path, "w:gz", compresslevel=1) as archive:
+        archive.add(tree, arcname=tree.name)
+    shutil.rmtree(tree)
+    return total
+
+
+def one_audit(cli: str, out: Path) -> tuple[float, float, int, dict]:
+    """(seconds, peak RSS MiB, exit code, report) of `audit --snapshot out --format json`."""
+    start = time.monotonic()
+    report = out.with_name("audit.json")
+    code = ("import resource, subprocess, sys; f = open(sys.argv[1], 'wb'); r = subprocess.run(sys.argv[2:], "
+            "stdout=f, stderr=subprocess.PIPE); sys.stderr.buffer.write(r.stderr[-2000:]); "
+            "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", code, str(report), cli, "audit", "--snapshot", str(out),
+                           "--format", "json"], capture_output=True, text=True, check=True, cwd="/")
+    elapsed = time.monotonic() - start
+    rc, rss = done.stdout.split()
+    assert rc in ("0", "1") and "Traceback" not in done.stderr, done.stderr
+    data = json.loads(report.read_text())
+    report.unlink()
+    return elapsed, int(rss) / 1024, int(rc), data
+
+
+def check_sos_snapshot(cli: str, out: Path) -> str:
+    lines = (out / "kmsg.txt").read_text().splitlines()
+    assert len(lines) <= MAX_KMSG_LINES, len(lines)
+    wall, rss, rc, report = one_audit(cli, out)
+    return f"kmsg.txt {len(lines)} lines (last: {lines[-1][:60]!r}...), audit {wall:.1f} s, {rss:.1f} MiB, " \
+           f"exit {rc}, {len(report.get('findings', report.get('results', [])))} findings"
+
+
 def last_input_line(path: Path) -> str:
     """The last kernel log line inside `path` (a .gz or a .tar.gz), read by streaming."""
     last = ""
@@ -190,11 +285,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--sizes", default="1,50,500", help="bug report sizes in MB (the first is the baseline)")
     parser.add_argument("--no-tarball", action="store_true")
+    parser.add_argument("--sosreport", action="store_true", help="also a ~500 MB sos report tarball")
+    parser.add_argument("--only-sosreport", action="store_true", help="only the sos report tarball")
     parser.add_argument("--keep", type=Path, help="generate the inputs here and keep them")
     parser.add_argument("--no-check", action="store_true", help="measure only (for code before issue 15)")
     args = parser.parse_args()
     cli = str(Path(sys.executable).with_name("nodewarden"))
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [] if args.only_sosreport else [int(s) for s in args.sizes.split(",")]
     folder = args.keep or Path(tempfile.mkdtemp(prefix="bench-import-"))
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -208,12 +305,22 @@ def main() -> int:
             name = f"nvidia-bug-report.log.gz, {mb} MB"
             inputs[name] = path
             described[name] = f"{path.stat().st_size / 1e6:.1f} MB compressed"
-        if not args.no_tarball:
+        if not args.no_tarball and not args.only_sosreport:
             path = folder / "bundle.tar.gz"
             if not path.exists():
                 dmesg_tarball(path, 500_000_000, folder)
             inputs["bundle.tar.gz: 500 MB dmesg + nvidia-smi -q"] = path
             described["bundle.tar.gz: 500 MB dmesg + nvidia-smi -q"] = f"{path.stat().st_size / 1e6:.1f} MB compressed"
+        sos_name = ""
+        if args.sosreport or args.only_sosreport:
+            path = folder / "sosreport-gpu-node-07-2024-11-05-qxbzkta.tar.gz"
+            start = time.monotonic()
+            if not path.exists():
+                total = sos_tarball(path, folder)
+                print(f"  built {path.name}: {total / 1e6:.1f} MB in {time.monotonic() - start:.0f} s", file=sys.stderr)
+            sos_name = "sosreport tar.gz: 150 MB dmesg + 200 MB messages + 150 MB journal"
+            inputs[sos_name] = path
+            described[sos_name] = f"{path.stat().st_size / 1e6:.1f} MB compressed"
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in inputs}
         checks: dict[str, str] = {}
         out = folder / "snap"
@@ -221,7 +328,9 @@ def main() -> int:
             for name, path in inputs.items():  # interleaved
                 results[name].append(one_import(cli, path, out))
                 print(f"  {name}: {results[name][-1][0]:.1f} s, {results[name][-1][1]:.1f} MiB", file=sys.stderr)
-                if not args.no_check:
+                if name == sos_name:
+                    checks[name] = check_sos_snapshot(cli, out)
+                elif not args.no_check:
                     checks[name] = check_snapshot(cli, path, out)
         baseline = next(iter(inputs))
         base_s = statistics.median(s for s, _ in results[baseline])

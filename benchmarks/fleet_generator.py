@@ -15,7 +15,6 @@ Usage: python benchmarks/fleet_generator.py OUT_DIR --nodes 10000 [--seed 1] [--
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime as dt
 import json
 import random
@@ -39,13 +38,23 @@ def base_reports() -> dict[str, dict[str, Any]]:
     return reports
 
 
+_TEXT: dict[tuple[int, str], str] = {}
+
+
+def _base_text(bases: dict[str, dict[str, Any]], name: str) -> str:
+    key = (id(bases), name)
+    if key not in _TEXT:
+        _TEXT[key] = json.dumps(bases[name])
+    return _TEXT[key]
+
+
 def _pick(rng: random.Random, weighted: list[tuple[str, float]]) -> str:
     return rng.choices([v for v, _ in weighted], [w for _, w in weighted])[0]
 
 
 def make_node(rng: random.Random, number: int, bases: dict[str, dict[str, Any]], findings: int) -> dict[str, Any]:
     base_name = rng.choices(list(BASES), list(BASES.values()))[0]
-    report = copy.deepcopy(bases[base_name])
+    report = json.loads(_base_text(bases, base_name))  # a deep copy, several times faster than copy.deepcopy
     host = f"gpu-{number:05d}"
     report["node"]["hostname"] = host
     age = rng.choice([0.1, 0.5, 1, 2, 3, 6]) if rng.random() > 0.01 else rng.choice([30, 72, 200])

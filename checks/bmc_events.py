@@ -18,10 +18,10 @@ nothing by themselves.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 from collections import defaultdict
 
+from agent.digest import sha256_hex
 from agent.facts import BmcLogEntry, NodeFacts
 from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
@@ -49,7 +49,7 @@ LINK_FLAPS_MAX = 10
 def _message_key(message: str) -> str:
     """A stable short key for an event without a MessageId: its text without numbers, hashed."""
     shape = re.sub(r"\d+", "#", message.strip().lower())
-    return "msg-" + hashlib.sha256(shape.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return "msg-" + sha256_hex(shape.encode("utf-8", "surrogatepass"))[:10]
 
 
 @EVENTS.evaluator

@@ -8,7 +8,6 @@ points of each other (every pair of a group, so a group cannot chain from idle t
 
 from __future__ import annotations
 
-import statistics
 from typing import NamedTuple
 
 from agent.facts import GpuFacts, NodeFacts
@@ -43,6 +42,14 @@ def evaluate_memory_temperature(facts: NodeFacts, profile: Profile) -> list[Find
                    lambda g: g.memory_temperature_c, "memory temperature (C)")
 
 
+def _median(values: list[int]) -> float:
+    """`statistics.median` (the middle value, or the mean of the two middle ones), without importing
+    `statistics`: its import (random, fractions, decimal) costs ~4 ms, more than all of this check."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 @IMBALANCE.evaluator
 def evaluate_imbalance(facts: NodeFacts, profile: Profile) -> list[Finding]:
     expectation = profile.expectation("gpu", "thermal_imbalance")
@@ -65,7 +72,7 @@ def evaluate_imbalance(facts: NodeFacts, profile: Profile) -> list[Finding]:
                 subject(gpu), status, expectation.severity, f"{gpu.label} temperature not compared: {what}",
                 observed=gpu.temperature_c, expected=expectation.expected, reason=expectation.reason)
             continue
-        median = statistics.median(int(g.temperature_c) for g, _ in group)  # type: ignore[arg-type]
+        median = _median([int(g.temperature_c) for g, _ in group])  # type: ignore[arg-type]
         loads = describe_loads([load for _, load in group])
         for gpu, _ in group:
             delta = round(int(gpu.temperature_c) - median, 1)  # type: ignore[arg-type]

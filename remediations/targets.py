@@ -15,8 +15,9 @@ from typing import Any
 from agent.credentials import BmcOptions
 from agent.errors import SnapshotError
 from agent.fsutil import fsync_dir, remove_temp_files, replace_file
+from agent.sources.deadline import call_with_deadline
 from agent.sources.fsroot import FsRoot, LiveFs, SnapshotFs, checked_write_path
-from agent.sources.nvml import RecordedNvml, call_with_deadline, load_live_nvml
+from agent.sources.nvml import RecordedNvml, load_live_nvml
 from agent.sources.redfish import LiveRedfish, PatchResult, RecordedRedfish, RedfishError, valid_path
 
 _TEMP_RE = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")  # agent.fsutil's temporary names
@@ -75,7 +76,7 @@ class _BoundedNvml:
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._binding, name)
         if name.startswith("nvml") and callable(attr) and not isinstance(attr, type):
-            return lambda *args: call_with_deadline(lambda: attr(*args), NVML_TIMEOUT_S, name)
+            return lambda *args: call_with_deadline(attr, *args, timeout_s=NVML_TIMEOUT_S, name=f"nvml:{name}")
         return attr
 
 
@@ -230,7 +231,7 @@ class LiveTarget(_RootedFiles):
         if self._nvml is None:
             try:
                 binding = load_live_nvml()
-                call_with_deadline(binding.nvmlInit, NVML_TIMEOUT_S, "nvmlInit")
+                call_with_deadline(binding.nvmlInit, timeout_s=NVML_TIMEOUT_S, name="nvml:nvmlInit")
             except Exception:  # noqa: BLE001 - no library, no driver, hung: no NVML actions
                 return None
             self._nvml = _BoundedNvml(binding)

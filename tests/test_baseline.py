@@ -110,7 +110,7 @@ def test_record_into_a_snapshot_and_the_state_dir_by_default(healthy_copy: Path,
     # A live node's default: <state_dir>/baseline.json (what `show` reads by default too).
     from agent.baseline import baseline_path
     from agent.config import load_config
-    from agent.engine import NodeSource
+    from agent.node import NodeSource
     from agent.sources.fsroot import LiveFs
 
     assert baseline_path(NodeSource("live", LiveFs("/")), load_config(config)) == tmp_path / "state" / "baseline.json"

@@ -157,7 +157,8 @@ def test_subjects_are_whole_and_human_never_internal_keys(run_cli: RunCli) -> No
     table = run_cli(*TABLE, "-v", env=FIXED_WIDTH).stdout
     assert "psu.slot.#" not in table and "|" not in table  # firmware groups are named, not keyed
     assert re.search(rf"  fail +warning +firmware\.consistency +Power Supply\.Slot\.1{DASH}6 +6 x Power", table)
-    assert "GPU 1-8 (NVIDIA H100 80GB HBM3)".replace("-", DASH) in table
+    # GPU VBIOS is gpu.firmware.vbios's (one fault, one finding): firmware.consistency names no GPU group.
+    assert not re.search(r"firmware\.consistency +GPU", table) and re.search(r"gpu\.firmware\.vbios +gpu0", table)
     lines = table.splitlines()
     long_row = next(i for i, line in enumerate(lines) if line.startswith("  fail ") and "bmc.psu" in line
                     and "System Board PS Redundancy" in line)

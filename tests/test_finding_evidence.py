@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.engine import EVIDENCE_AREAS_MAX, EVIDENCE_REFS_MAX, snapshot_evidence
 from agent.importers.bug_report import SEPARATOR
+from agent.node import EVIDENCE_AREAS_MAX, EVIDENCE_REFS_MAX, snapshot_evidence
 from agent.snapshot import Snapshot
 from tests.conftest import REPO, RunCli
 

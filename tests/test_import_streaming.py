@@ -171,3 +171,33 @@ def test_section_reader_splits_as_split_sections() -> None:
         reader = SectionReader(text_lines(io.BytesIO(text.encode())))
         got = [(header, "".join(reader.body())) for header in reader.sections()]
         assert got == split_sections(text.replace("\r\n", "\n")), repr(text)
+
+
+def test_a_large_sos_report_is_imported_in_bounded_memory(tmp_path: Path) -> None:
+    """A sos report is big because of files it does not use (logs, journals) and a long dmesg: the
+    first are never read, the dmesg is held as its newest lines only (the old importer read each member
+    whole, twice over for a moment, and held the dmesg whole until every input was read)."""
+    import shutil
+
+    tree = tmp_path / "sosreport-gpu-node-07-2024-11-05-qxbzkta"
+    shutil.copytree(REPO / "fixtures" / "sosreport" / tree.name, tree)
+    log = _dmesg(600_000)  # ~24 MB
+    (tree / "sos_commands" / "kernel" / "dmesg").write_bytes(log)
+    (tree / "var" / "log").mkdir(parents=True, exist_ok=True)
+    (tree / "var" / "log" / "messages").write_bytes(b"Dec  1 10:00:00 node kernel: filler\n" * 700_000)  # ~25 MB
+    archive = tmp_path / "sos.tar.gz"
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        tar.add(tree, arcname=tree.name)
+    shutil.rmtree(tree)
+    last = log.decode().splitlines()[-1]
+    del log
+    tracemalloc.start()
+    try:
+        summary = import_inputs([archive], tmp_path / "snap")
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "kmsg" in summary.captured
+    kept = (tmp_path / "snap" / "kmsg.txt").read_text().splitlines()
+    assert len(kept) == MAX_KMSG_LINES and kept[-1] == last
+    assert peak < 64 << 20, peak >> 20

@@ -12,10 +12,11 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from agent.config import Config
-from agent.engine import AuditRequest, Report, run_audit
+from agent.engine import AuditRequest, run_audit
 from agent.fleet.prometheus import STATUS_OF_CODE
 from agent.metrics import HEALTH_CODES, NodeMetrics
 from agent.model import Finding, Status, Waiver
+from agent.report.model import Report
 from agent.report.prom import PASSING, STATUS_CODES, render_families, render_prom, render_with_client, report_families
 
 

@@ -39,20 +39,21 @@ class Hanging(RecordedNvml):
 
 
 def test_a_hung_call_becomes_unknown_within_the_deadline() -> None:
-    backend = Hanging(recording(), "nvmlDeviceGetPowerUsage", gpu=3)
+    # Not nvmlDeviceGetPowerUsage: the power draw now comes in the field-value batch (issue #16).
+    backend = Hanging(recording(), "nvmlDeviceGetUtilizationRates", gpu=3)
     start = time.monotonic()
     facts, status = read_nvml(backend, timeout_s=0.5)
     elapsed = time.monotonic() - start
     backend.release.set()
     assert elapsed < 2.0
-    assert not status.ok and "stuck in nvmlDeviceGetPowerUsage after 3 GPU(s)" in (status.error or "")
+    assert not status.ok and "stuck in nvmlDeviceGetUtilizationRates after 3 GPU(s)" in (status.error or "")
     assert not isinstance(facts, Unknown)
     assert len(facts.gpus) == 3 and facts.incomplete  # the GPUs read before the hang are kept
 
 
 def test_hung_nvml_in_an_audit_reports_and_finishes(run_cli: RunCli, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent import engine
+    from agent import node
 
     backend = Hanging(recording(), "nvmlDeviceGetEccMode", gpu=0)
 
@@ -61,7 +62,7 @@ def test_hung_nvml_in_an_audit_reports_and_finishes(run_cli: RunCli, tmp_path: P
 
         return nvml.read_nvml(backend, 0.3)
 
-    monkeypatch.setattr(engine.NodeSource, "read_nvml", hanging_read)
+    monkeypatch.setattr(node.NodeSource, "read_nvml", hanging_read)
     result = run_cli("audit", "--simulate", "hgx-h100-healthy", "--format", "json")
     backend.release.set()
     report = result.json()

@@ -166,8 +166,10 @@ def password_file(tmp_path: Path, mode: int = 0o600) -> Path:
 def test_audit_with_a_bmc_never_leaks_the_password(run_cli: RunCli, proxy: FaultProxy, tmp_path: Path) -> None:
     proxy.set_rules(["/Chassis/1/Thermal$ status 500"])
     secret = password_file(tmp_path)
+    # The mockup is a GPU-less ProLiant (profile no-nvidia-gpu: no BIOS tuning); judge it as a GPU node.
     result = run_cli("-vv", "--log-format", "json", "audit", "--bmc", proxy.url, "--bmc-user", "admin",
-                     "--bmc-password-file", str(secret), "--format", "json", "--skip", "gpu.*")
+                     "--bmc-password-file", str(secret), "--format", "json", "--skip", "gpu.*",
+                     "--profile", "generic-nvidia")
     assert result.code in (0, 1), result.stderr
     report = result.json()
     assert report["sources"]["redfish"]["ok"] is True
@@ -229,7 +231,8 @@ def test_snapshot_capture_records_the_bmc(run_cli: RunCli, hpe: RedfishPeer, tmp
     assert result.code == 0, result.stderr
     assert "redfish" in result.stdout
     assert (out / "redfish" / "v1" / "Systems" / "1" / "index.json").is_file()
-    replay = run_cli("audit", "--snapshot", str(out), "--format", "json", "--only", "bios.*")
+    replay = run_cli("audit", "--snapshot", str(out), "--format", "json", "--only", "bios.*",
+                     "--profile", "generic-nvidia")  # a GPU-less ProLiant: judged as a GPU node would be
     bios = {f["subject"]: f["observed"] for f in replay.json()["findings"] if f["check"] == "bios.attribute"}
     assert bios["PowerRegulator"] == "DynamicPowerSavings"
     assert not any(PASSWORD in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())

@@ -1,11 +1,16 @@
 """Fleet compliance: many audit reports (or Prometheus) -> one summary.
 
-Reading is the expensive part at 10,000 nodes (about half a gigabyte of
-JSON), so each report is parsed and reduced to a `NodeSummary` in a worker
-process, and only the summaries travel back. A file that is corrupt,
-truncated, foreign or of another schema is skipped with a warning that the
-report lists; it never stops the report. A node that reported more than once
-counts once: its newest report wins and the duplicate is noted.
+Reading is the expensive part (about 5 GB of JSON at 100,000 nodes), so each
+report is parsed and reduced to a `NodeRecord` in a worker process, and only
+the records travel back. The parent folds each one in as it arrives
+(`FleetReader`): a compact record per node, its repeated strings and tuples
+shared (`Interner`), well under 5 KiB a node (issue #16); the fleet-wide
+figures are derived from the records at the end (`build_report`) and the
+renderers stream their output. A file that is corrupt, truncated, foreign,
+of another schema or holding values no report holds is skipped with a
+warning that the report lists; it never stops the report. A node that
+reported more than once counts once: its newest report wins and the
+duplicate is noted.
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import datetime as dt
 import os
 import statistics
 import sys
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agent.errors import NodewardenError
 from agent.jsonfile import JsonInputError, load_json_file
@@ -175,7 +181,124 @@ def summarize_report(data: Any, source: str, keep_rows: bool = False) -> NodeSum
     )
 
 
-def _read_one(path: str, keep_rows: bool) -> NodeSummary | Skipped:
+class NodeRecord:
+    """What the parent keeps of one node while the reports stream in (well under 1 KiB, issue #16).
+
+    Built in the worker from a `NodeSummary`; `Interner` then makes the parent share every
+    repeated string and tuple (check ids, subjects, the set of checks a profile runs, firmware
+    mixes, report times) between nodes. Only failing, waived, baseline-drift and down-source
+    details are kept per node; every fleet-wide figure is derived from these fields.
+    """
+
+    __slots__ = (
+        "csv",
+        "down",
+        "drifting",
+        "fail",
+        "failed",
+        "firmware",
+        "has_baseline",
+        "judged",
+        "model",
+        "node",
+        "profile",
+        "severity",
+        "slots",
+        "source",
+        "started_at",
+        "temps",
+        "top",
+        "waivers",
+        "warn",
+        "xids",
+    )
+
+    def __init__(self, summary: NodeSummary) -> None:
+        self.node = summary.node
+        self.source = summary.source
+        self.profile = summary.profile
+        self.model: Any = summary.model
+        self.started_at = summary.started_at
+        self.fail = summary.fails
+        self.warn = summary.counts.get("warn", 0)
+        fails = [r for r in summary.failing if r.status == "fail"]
+        # (critical, warning, info): the unwaived failing findings by severity.
+        self.severity = tuple(sum(1 for r in fails if r.severity == s) for s in ("critical", "warning", "info"))
+        self.judged = tuple(summary.checks)
+        self.failed = tuple(c for c, ok in summary.checks.items() if not ok)
+        self.top = tuple(f"{r.check} {r.subject}" for r in fails[:5])
+        self.firmware = tuple((c, v) for c, versions in summary.firmware.items() for v in versions)
+        self.slots = tuple(summary.temperatures)
+        self.temps = tuple(summary.temperatures.values())
+        self.xids = tuple(summary.xids.items())
+        self.waivers = tuple((r.check, r.subject, (r.waiver or {}).get("reason"), (r.waiver or {}).get("expires"))
+                             for r in summary.waivers)
+        self.down = tuple(summary.sources_down.items())
+        self.has_baseline = summary.has_baseline
+        self.drifting = (tuple((r.subject, r.status, r.severity, r.message) for r in summary.failing
+                               if r.check == BASELINE_CHECK) if summary.has_baseline else ())
+        self.csv: tuple[int, int] | None = None  # (offset, length) of its CSV rows in the spool
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__slots__, state, strict=True):
+            setattr(self, name, value)
+
+    @property
+    def compliant(self) -> bool:
+        return not self.failed
+
+    @property
+    def critical(self) -> int:
+        return int(self.severity[0])
+
+
+class Interner:
+    """One shared object per distinct string, number, timestamp or tuple of them (the parent's memory).
+
+    Numbers and times are keyed with their type (1, 1.0 and True stay distinct; so do equal
+    instants in other time zones); a tuple is shared only when it holds nothing but text (check
+    ids, subjects, firmware pairs), else only its items are. A hostile report's dict or list is
+    kept as it is, never hashed.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[Any, Any] = {}
+
+    def __call__(self, value: Any) -> Any:
+        return self._canon(value)[0]
+
+    def _canon(self, value: Any) -> tuple[Any, bool]:
+        """(the shared object, whether it is text: a str or a tuple of text, which keys itself)."""
+        kind = type(value)
+        if kind is str:
+            return self._seen.setdefault(value, value), True
+        if kind in (int, float, bool):
+            return self._seen.setdefault((kind, value), value), False
+        if kind is dt.datetime:
+            return self._seen.setdefault((kind, value.isoformat()), value), False
+        if kind is tuple:
+            items = [self._canon(v) for v in value]
+            shared = tuple(v for v, _ in items)
+            if all(text for _, text in items):
+                return self._seen.setdefault(shared, shared), True  # text equals text only: no false match
+            return shared, False  # numbers inside (temperatures, counts): the items are shared, not the tuple
+        return value, False
+
+    def record(self, rec: NodeRecord) -> NodeRecord:
+        for name in NodeRecord.__slots__:
+            if name not in ("csv", "has_baseline"):
+                setattr(rec, name, self(getattr(rec, name)))
+        return rec
+
+
+Result = tuple[NodeRecord, str | None] | Skipped  # a node (and its CSV rows when asked) or why not
+
+
+def _read_one(path: str, keep_rows: bool) -> Result:
+    """One file -> its record, or why it is skipped. Nothing in a file can stop the report."""
     try:
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
@@ -186,12 +309,23 @@ def _read_one(path: str, keep_rows: bool) -> NodeSummary | Skipped:
     except OSError as exc:
         return Skipped(path, f"unreadable: {exc.strerror or exc}")
     try:
-        return summarize_report(data, path, keep_rows)
+        return _result(summarize_report(data, path, keep_rows), keep_rows)
     except ValueError as exc:
-        return Skipped(path, str(exc))
+        return Skipped(path, str(exc)[:300])
+    except (TypeError, OverflowError, ArithmeticError, RecursionError, LookupError, AttributeError) as exc:
+        # Values no audit report holds (a 400-digit temperature, ...): this file is refused, the rest go on.
+        return Skipped(path, f"not a usable audit report ({type(exc).__name__}: {str(exc)[:160]})")
 
 
-def _read_chunk(paths: list[str], keep_rows: bool) -> list[NodeSummary | Skipped]:
+def _result(summary: NodeSummary, keep_rows: bool) -> tuple[NodeRecord, str | None]:
+    if not keep_rows:
+        return NodeRecord(summary), None
+    from agent.fleet.render import csv_rows
+
+    return NodeRecord(summary), csv_rows(summary)
+
+
+def _read_chunk(paths: list[str], keep_rows: bool) -> list[Result]:
     return [_read_one(p, keep_rows) for p in paths]
 
 
@@ -209,34 +343,115 @@ def input_files(inputs: Iterable[Path]) -> tuple[list[str], list[Skipped]]:
     return files, skipped
 
 
+_OLDEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+
+
+class FleetReader:
+    """The parent's side: each result is folded in as it arrives, one compact record per node.
+
+    A node that reported more than once keeps only its newest report (then the greater file
+    name), as `newest_per_node` decides; the others are remembered by file name only. With
+    `keep_rows` (CSV), each node's rendered rows go to an unnamed temporary spool file and the
+    record keeps their offset, so memory stays per node whatever the number of findings.
+    """
+
+    def __init__(self, keep_rows: bool = False) -> None:
+        self.keep_rows = keep_rows
+        self.intern = Interner()
+        self.by_name: dict[str, NodeRecord] = {}
+        self.ignored: dict[str, list[tuple[tuple[dt.datetime, str], str]]] = {}
+        self.skipped: list[Skipped] = []
+        self.reports = 0
+        self.spool: IO[bytes] | None = tempfile.TemporaryFile() if keep_rows else None  # noqa: SIM115
+
+    def add(self, result: Result) -> None:
+        if isinstance(result, Skipped):
+            self.skipped.append(result)
+            return
+        rec, rows = result
+        if rows is not None and self.spool is not None:
+            data = rows.encode("utf-8", "surrogatepass")
+            offset = self.spool.seek(0, os.SEEK_END)
+            self.spool.write(data)
+            rec.csv = (offset, len(data))
+        self.add_record(rec)
+
+    def add_summary(self, summary: NodeSummary) -> None:
+        self.add(_result(summary, self.keep_rows))
+
+    def add_record(self, rec: NodeRecord) -> None:
+        self.reports += 1
+        rec = self.intern.record(rec)
+        current = self.by_name.get(rec.node)
+        if current is None:
+            self.by_name[rec.node] = rec
+            return
+        key, held = (rec.started_at or _OLDEST, rec.source), (current.started_at or _OLDEST, current.source)
+        loser = current if key > held else rec
+        if loser is current:
+            self.by_name[rec.node] = rec
+        self.ignored.setdefault(rec.node, []).append(((loser.started_at or _OLDEST, loser.source), loser.source))
+
+    def records(self) -> list[NodeRecord]:
+        """One record per node, by name."""
+        return [self.by_name[name] for name in sorted(self.by_name)]
+
+    def duplicates(self) -> list[dict[str, Any]]:
+        return [
+            {"node": name, "used": self.by_name[name].source,
+             "ignored": [source for _key, source in sorted(losers, key=lambda kv: kv[0], reverse=True)]}
+            for name, losers in sorted(self.ignored.items())
+        ]
+
+    def csv_rows(self, rec: NodeRecord) -> str:
+        if rec.csv is None or self.spool is None:
+            return ""
+        self.spool.seek(rec.csv[0])
+        return self.spool.read(rec.csv[1]).decode("utf-8", "surrogatepass")
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
+
+
+def read_into(
+    reader: FleetReader,
+    files: list[str],
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FleetReader:
+    """Parse in worker processes (JSON parsing is the bottleneck); fold each chunk in as it arrives."""
+    workers = workers or min(os.cpu_count() or 1, 8)
+    chunk = 200
+    chunks = [files[i : i + chunk] for i in range(0, len(files), chunk)]
+    done = 0
+    if workers <= 1 or len(chunks) <= 1:
+        outputs: Iterator[list[Result]] = (_read_chunk(part, reader.keep_rows) for part in chunks)
+        pool = None
+    else:
+        pool = futures.ProcessPoolExecutor(max_workers=workers)
+        outputs = pool.map(_read_chunk, chunks, [reader.keep_rows] * len(chunks))
+    try:
+        for part, out in zip(chunks, outputs, strict=True):
+            for result in out:
+                reader.add(result)
+            done += len(part)
+            if progress:
+                progress(done, len(files))
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return reader
+
+
 def read_reports(
     files: list[str],
     keep_rows: bool = False,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[NodeSummary], list[Skipped]]:
-    """Parse in worker processes (JSON parsing is the bottleneck), in file order."""
-    workers = workers or min(os.cpu_count() or 1, 8)
-    chunk = 200
-    chunks = [files[i : i + chunk] for i in range(0, len(files), chunk)]
-    results: list[NodeSummary | Skipped] = []
-    done = 0
-    if workers <= 1 or len(chunks) <= 1:
-        for part in chunks:
-            results.extend(_read_chunk(part, keep_rows))
-            done += len(part)
-            if progress:
-                progress(done, len(files))
-    else:
-        with futures.ProcessPoolExecutor(max_workers=workers) as pool:
-            for part, out in zip(chunks, pool.map(_read_chunk, chunks, [keep_rows] * len(chunks)), strict=True):
-                results.extend(out)
-                done += len(part)
-                if progress:
-                    progress(done, len(files))
-    nodes = [r for r in results if isinstance(r, NodeSummary)]
-    skipped = [r for r in results if isinstance(r, Skipped)]
-    return nodes, skipped
+) -> FleetReader:
+    """Every file folded into a new `FleetReader` (the caller closes it)."""
+    return read_into(FleetReader(keep_rows), files, workers, progress)
 
 
 def newest_per_node(nodes: list[NodeSummary]) -> tuple[list[NodeSummary], list[dict[str, Any]]]:
@@ -244,11 +459,10 @@ def newest_per_node(nodes: list[NodeSummary]) -> tuple[list[NodeSummary], list[d
     by_name: dict[str, list[NodeSummary]] = defaultdict(list)
     for node in nodes:
         by_name[node.node].append(node)
-    oldest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
     kept: list[NodeSummary] = []
     duplicates: list[dict[str, Any]] = []
     for name, group in sorted(by_name.items()):
-        group.sort(key=lambda n: (n.started_at or oldest, n.source), reverse=True)
+        group.sort(key=lambda n: (n.started_at or _OLDEST, n.source), reverse=True)
         kept.append(group[0])
         if len(group) > 1:
             duplicates.append({"node": name, "used": group[0].source, "ignored": [n.source for n in group[1:]]})
@@ -273,28 +487,60 @@ def _version_key(version: str) -> tuple[Any, ...]:
     return tuple(parts)
 
 
+class NodeRows:
+    """The `nodes` table, worst first, made one row at a time (renderers stream it; len() is free)."""
+
+    def __init__(self, ordered: list[NodeRecord]) -> None:
+        self.ordered = ordered
+
+    def __len__(self) -> int:
+        return len(self.ordered)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for n in self.ordered:
+            yield {
+                "node": n.node,
+                "profile": n.profile,
+                "model": n.model,
+                "compliant": n.compliant,
+                "fail": n.fail,
+                "warn": n.warn,
+                "started_at": n.started_at.isoformat() if n.started_at else None,
+            }
+
+
+def _impact(node: NodeRecord) -> tuple[int, int, int, str]:
+    return (-node.critical, -node.fail, -node.warn, node.node)
+
+
 def build_fleet(
     nodes: list[NodeSummary], skipped: list[Skipped], duplicates: list[dict[str, Any]], options: FleetOptions
 ) -> dict[str, Any]:
-    """The machine summary every output format renders."""
+    """The machine summary every output format renders, from one summary per node."""
+    fleet = build_report([NodeRecord(n) for n in nodes], skipped, duplicates, options)
+    fleet["nodes"] = list(fleet["nodes"])
+    return fleet
+
+
+def build_report(
+    nodes: list[NodeRecord], skipped: list[Skipped], duplicates: list[dict[str, Any]], options: FleetOptions
+) -> dict[str, Any]:
+    """The fleet summary from one record per node (by name); `nodes` is a `NodeRows` to stream."""
     total = len(nodes)
     compliant = sum(1 for n in nodes if n.compliant)
-    severity: Counter[str] = Counter()
-    for node in nodes:
-        for row in node.failing:
-            if row.status == "fail":
-                severity[row.severity] += 1
+    severity = [sum(n.severity[i] for n in nodes) for i in range(3)]
 
-    by_check: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # check -> [nodes judged, nodes failing]
-    for node in nodes:
-        for check, ok in node.checks.items():
-            entry = by_check[check]
-            entry[0] += 1
-            entry[1] += 0 if ok else 1
+    judged: Counter[tuple[str, ...]] = Counter(n.judged for n in nodes)  # one entry per distinct set of checks
+    failed: Counter[str] = Counter(c for n in nodes for c in n.failed)
+    by_check: Counter[str] = Counter()
+    for names, count in judged.items():
+        for check in names:
+            by_check[check] += count
     checks: list[dict[str, Any]] = sorted(
         (
-            {"check": c, "nodes": n, "failing": f, "compliant_pct": round(100 * (n - f) / n, 1) if n else 100.0}
-            for c, (n, f) in by_check.items()
+            {"check": c, "nodes": n, "failing": failed[c], "compliant_pct": round(100 * (n - failed[c]) / n, 1)
+             if n else 100.0}
+            for c, n in by_check.items()
         ),
         key=lambda r: (-r["failing"], r["check"]),
     )
@@ -311,56 +557,49 @@ def build_fleet(
         key=lambda r: (r["compliant_pct"], r["profile"]),
     )
 
-    def impact(node: NodeSummary) -> tuple[int, int, int, str]:
-        critical = sum(1 for r in node.failing if r.status == "fail" and r.severity == "critical")
-        return (-critical, -node.fails, -node.counts.get("warn", 0), node.node)
-
+    ordered = sorted(nodes, key=_impact)
     worst = [
-        {
-            "node": n.node,
-            "profile": n.profile,
-            "fail": n.fails,
-            "warn": n.counts.get("warn", 0),
-            "critical": sum(1 for r in n.failing if r.status == "fail" and r.severity == "critical"),
-            "top": [f"{r.check} {r.subject}" for r in n.failing if r.status == "fail"][:5],
-        }
-        for n in sorted(nodes, key=impact)[: options.worst]
-        if n.fails or n.counts.get("warn")
+        {"node": n.node, "profile": n.profile, "fail": n.fail, "warn": n.warn, "critical": n.critical,
+         "top": list(n.top)}
+        for n in ordered[: options.worst]
+        if n.fail or n.warn
     ]
 
     firmware: dict[str, list[dict[str, Any]]] = {}
     versions_by_component: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for node in nodes:
-        for component, versions in node.firmware.items():
-            for version in versions:
-                # Per profile: an A100 and an H100 node rightly run different VBIOS and drivers.
-                versions_by_component[f"{component} [{node.profile}]"][version].append(node.node)
+        for component, version in node.firmware:
+            # Per profile: an A100 and an H100 node rightly run different VBIOS and drivers.
+            versions_by_component[f"{component} [{node.profile}]"][version].append(node.node)
     for component, by_version in sorted(versions_by_component.items()):
-        ordered = sorted(by_version.items(), key=lambda kv: _version_key(kv[0]))
+        ordered_versions = sorted(by_version.items(), key=lambda kv: _version_key(kv[0]))
         firmware[component] = [
             {
                 "version": v,
                 "nodes": len(names),
-                "oldest": i == 0 and len(ordered) > 1,
-                "node_names": sorted(names)[:50] if i == 0 and len(ordered) > 1 else [],
+                "oldest": i == 0 and len(ordered_versions) > 1,
+                "node_names": sorted(names)[:50] if i == 0 and len(ordered_versions) > 1 else [],
             }
-            for i, (v, names) in enumerate(ordered)
+            for i, (v, names) in enumerate(ordered_versions)
         ]
+    del versions_by_component
     drift = {c: rows for c, rows in firmware.items() if len(rows) > 1}
 
-    slots: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
+    readings: dict[tuple[str, str], list[float]] = defaultdict(list)
     for node in nodes:
-        for slot, temp in node.temperatures.items():
-            slots[(node.profile, slot)].append((temp, node.node))
+        for slot, temp in zip(node.slots, node.temps, strict=True):
+            readings[(node.profile, slot)].append(temp)
+    medians = {key: statistics.median(temps) for key, temps in readings.items()}
+    del readings
     outliers: list[dict[str, Any]] = []
-    for (profile, slot), readings in sorted(slots.items()):
-        median = statistics.median(t for t, _ in readings)
-        for temp, name in readings:
+    for node in nodes:
+        for slot, temp in zip(node.slots, node.temps, strict=True):
+            median = medians[(node.profile, slot)]
             if temp - median > options.thermal_delta_c:
                 outliers.append(
                     {
-                        "node": name,
-                        "profile": profile,
+                        "node": node.node,
+                        "profile": node.profile,
                         "slot": slot,
                         "temperature_c": temp,
                         "slot_median_c": median,
@@ -371,7 +610,7 @@ def build_fleet(
 
     xid_codes: dict[int, dict[str, int]] = defaultdict(dict)
     for node in nodes:
-        for code, count in node.xids.items():
+        for code, count in node.xids:
             xid_codes[code][node.node] = count
     xids: list[dict[str, Any]] = sorted(
         (
@@ -400,47 +639,46 @@ def build_fleet(
     )
     reported = {n.node for n in nodes}
     missing = sorted(set(options.expected_nodes or []) - reported)
+    del reported
 
     waivers = []
     for node in nodes:
-        for row in node.waivers:
-            waiver = row.waiver or {}
-            expires = _parse_time(str(waiver.get("expires"))) if waiver.get("expires") else None
-            if expires is None and isinstance(waiver.get("expires"), str):
+        for check, subject, reason, expires_text in node.waivers:
+            expires = _parse_time(str(expires_text)) if expires_text else None
+            if expires is None and isinstance(expires_text, str):
                 try:
-                    expires = dt.datetime.combine(dt.date.fromisoformat(waiver["expires"]), dt.time(), dt.timezone.utc)
+                    expires = dt.datetime.combine(dt.date.fromisoformat(expires_text), dt.time(), dt.timezone.utc)
                 except ValueError:
                     expires = None
             soon = expires is not None and expires - options.now <= options.expiring_within
             waivers.append(
                 {
                     "node": node.node,
-                    "check": row.check,
-                    "subject": row.subject,
-                    "reason": waiver.get("reason"),
-                    "expires": waiver.get("expires"),
+                    "check": check,
+                    "subject": subject,
+                    "reason": reason,
+                    "expires": expires_text,
                     "expiring_soon": soon,
                 }
             )
     waivers.sort(key=lambda r: (not r["expiring_soon"], str(r["expires"]), r["node"], r["check"]))
 
-    with_baseline = [n for n in nodes if n.has_baseline]
+    with_baseline = sum(1 for n in nodes if n.has_baseline)
     baselines = {
-        "nodes_with_baseline": len(with_baseline),
-        "nodes_without_baseline": total - len(with_baseline),
+        "nodes_with_baseline": with_baseline,
+        "nodes_without_baseline": total - with_baseline,
         "drifting": sorted(
             (
-                {"node": n.node, "subject": r.subject, "status": r.status, "severity": r.severity, "message": r.message}
-                for n in with_baseline
-                for r in n.failing
-                if r.check == BASELINE_CHECK
+                {"node": n.node, "subject": subject, "status": status, "severity": sev, "message": message}
+                for n in nodes
+                for subject, status, sev, message in n.drifting
             ),
             key=lambda r: (r["status"] != "fail", r["node"], r["subject"]),
         ),
     }
 
     not_audited = sorted(
-        ({"node": n.node, "sources": n.sources_down} for n in nodes if n.sources_down),
+        ({"node": n.node, "sources": dict(n.down)} for n in nodes if n.down),
         key=lambda r: (-len(r["sources"]), r["node"]),
     )
 
@@ -457,7 +695,7 @@ def build_fleet(
             "nodes": total,
             "compliant": compliant,
             "compliant_pct": round(100 * compliant / total, 1) if total else 0.0,
-            "failing_findings_by_severity": {s: severity.get(s, 0) for s in ("critical", "warning", "info")},
+            "failing_findings_by_severity": dict(zip(("critical", "warning", "info"), severity, strict=True)),
             "stale": len(stale),
             "missing": len(missing),
             "not_audited": len(not_audited),
@@ -476,18 +714,7 @@ def build_fleet(
         "waivers": waivers,
         "not_audited": not_audited,
         "baselines": baselines,
-        "nodes": [
-            {
-                "node": n.node,
-                "profile": n.profile,
-                "model": n.model,
-                "compliant": n.compliant,
-                "fail": n.fails,
-                "warn": n.counts.get("warn", 0),
-                "started_at": n.started_at.isoformat() if n.started_at else None,
-            }
-            for n in sorted(nodes, key=impact)
-        ],
+        "nodes": NodeRows(ordered),
     }
 
 

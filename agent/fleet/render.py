@@ -12,43 +12,90 @@ from __future__ import annotations
 import csv
 import html
 import io
+import itertools
 import json
 import re
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from agent.fleet import NodeSummary, iter_rows
 from agent.sanitise import clean, clean_value, csv_row, md_cell
+
+if TYPE_CHECKING:  # the renderers take agent.fleet's records; agent.fleet calls csv_rows in its workers
+    from agent.fleet import FleetReader, NodeRecord, NodeSummary
 
 TABLE_LIMIT = 200  # rows per table in HTML/Markdown; the JSON has everything
 
 
+_ENCODE_STR = json.encoder.encode_basestring_ascii  # the C encoder's string escaper (ensure_ascii)
+
+
+def _dumps(value: Any, level: int) -> str:
+    """`value` as `json.dumps(..., indent=1)` writes it `level` deep inside the document."""
+    text = json.dumps(clean_value(value), indent=1, default=lambda v: clean(str(v)))
+    return text.replace("\n", "\n" + " " * level) if level else text
+
+
+def _scalar(value: Any) -> str | None:
+    """A flat value as json writes it, or None for anything else (then `_dumps` does it)."""
+    if isinstance(value, str):
+        return _ENCODE_STR(clean(value))
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return int.__repr__(value)
+    return None
+
+
+def _node_entry(row: dict[str, Any]) -> str:
+    """One `nodes` entry at depth 2, byte for byte what `json.dumps(indent=1)` makes, without it."""
+    parts = []
+    for key, value in row.items():
+        text = _scalar(value)
+        parts.append(f"{_ENCODE_STR(key)}: {text if text is not None else _dumps(value, 3)}")
+    return "{\n   " + ",\n   ".join(parts) + "\n  }"
+
+
+def iter_json(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
+    """The fleet as indented JSON, in pieces: the per-node table a batch of entries at a time."""
+    yield "{"
+    for index, (key, value) in enumerate(fleet.items()):
+        yield ("\n " if index == 0 else ",\n ") + _ENCODE_STR(clean(key)) + ": "
+        if key != "nodes" or (isinstance(value, list) and not value):
+            yield _dumps(value, 1)
+            continue
+        rows = iter(value)
+        first = True
+        while True:
+            chunk = [_node_entry(row) for row in itertools.islice(rows, batch)]
+            if not chunk:
+                break
+            yield ("[\n  " if first else ",\n  ") + ",\n  ".join(chunk)
+            first = False
+        yield "[]" if first else "\n ]"
+    yield "\n}\n" if fleet else "}\n"
+
+
 def render_json(fleet: dict[str, Any]) -> str:
-    return json.dumps(clean_value(fleet), indent=1, sort_keys=False, default=lambda v: clean(str(v))) + "\n"
+    return "".join(iter_json(fleet))
 
 
-def render_csv(nodes: list[NodeSummary]) -> str:
+CSV_HEADER = "node,profile,started_at,check,subject,status,severity,waived,observed,expected,message\n"
+
+
+def csv_rows(node: NodeSummary) -> str:
+    """One node's CSV rows (a row per finding, no header); made in the worker that read the node."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(
-        [
-            "node",
-            "profile",
-            "started_at",
-            "check",
-            "subject",
-            "status",
-            "severity",
-            "waived",
-            "observed",
-            "expected",
-            "message",
-        ]
-    )
-    for node, row in iter_rows(nodes):
+    started = node.started_at.isoformat() if node.started_at else ""
+    for row in node.rows:
         cells = [
             node.node,
             node.profile,
-            node.started_at.isoformat() if node.started_at else "",
+            started,
             row.check,
             row.subject,
             row.status,
@@ -60,6 +107,17 @@ def render_csv(nodes: list[NodeSummary]) -> str:
         ]
         writer.writerow(csv_row(cells))
     return out.getvalue()
+
+
+def render_csv(nodes: list[NodeSummary]) -> str:
+    return CSV_HEADER + "".join(csv_rows(node) for node in nodes)
+
+
+def iter_csv(reader: FleetReader, records: list[NodeRecord]) -> Iterator[str]:
+    """The CSV of the nodes kept, by name, from the rows the reader spooled as they arrived."""
+    yield CSV_HEADER
+    for rec in records:
+        yield reader.csv_rows(rec)
 
 
 def _cell(value: Any) -> str:
@@ -80,6 +138,11 @@ def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def render_md(fleet: dict[str, Any]) -> str:
+    return "".join(iter_md(fleet))
+
+
+def iter_md(fleet: dict[str, Any]) -> Iterator[str]:
+    """Markdown, a section at a time (every table stops at TABLE_LIMIT rows)."""
     s = fleet["summary"]
     parts = [
         f"# nodewarden fleet report\n\nGenerated {fleet['generated_at']}. **{s['nodes']} nodes**, "
@@ -185,7 +248,8 @@ def render_md(fleet: dict[str, Any]) -> str:
         "(the newest report is used).\n\n"
         + (_md_table(["file", "why skipped"], [[r["path"], r["reason"]] for r in skipped]) if skipped else "")
     )
-    return "\n".join(parts)
+    for index, part in enumerate(parts):
+        yield part if index == 0 else "\n" + part
 
 
 # --- HTML ------------------------------------------------------------------------------------------
@@ -288,6 +352,11 @@ def stacked_bar(component: str, versions: list[dict[str, Any]]) -> str:
 
 
 def render_html(fleet: dict[str, Any]) -> str:
+    return "".join(iter_html(fleet))
+
+
+def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
+    """The page in pieces: everything above the all-nodes table, then that table a batch of rows at a time."""
     s = fleet["summary"]
     sev = s["failing_findings_by_severity"]
     cards = "".join(
@@ -457,28 +526,37 @@ def render_html(fleet: dict[str, Any]) -> str:
         f"{len(fleet['inputs']['duplicates'])} nodes reported more than once (the newest report is used).</p>",
         _table(["skipped file", "why"], [[_e(r["path"]), _e(r["reason"])] for r in fleet["inputs"]["skipped"]]),
         '<h2 id="nodes">All nodes</h2>',
-        _table(
-            ["node", "profile", "model", "compliant", "fail", "warn", "report"],
-            [
-                [
-                    _e(r["node"]),
-                    _e(r["profile"]),
-                    _e(r["model"]),
-                    "yes" if r["compliant"] else '<span class="crit">no</span>',
-                    str(r["fail"]),
-                    str(r["warn"]),
-                    _e(r["started_at"]),
-                ]
-                for r in fleet["nodes"]
-            ],
-            {4, 5},
-            row_ids=[anchor(r["node"]) for r in fleet["nodes"]],
-        ),
     ]
-    return (
+    yield (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>nodewarden fleet report</title><style>{CSS}</style></head><body>"
         + "\n".join(sections)
-        + "</body></html>\n"
+        + "\n"
     )
+    yield from _nodes_table(fleet["nodes"], batch)
+    yield "</body></html>\n"
+
+
+_NOT_COMPLIANT = '<span class="crit">no</span>'
+
+
+def _nodes_table(nodes: Any, batch: int) -> Iterator[str]:
+    """Every node, worst first, a batch of rows at a time (the one HTML table without a limit)."""
+    if not len(nodes):
+        yield '<p class="ok">None.</p>'
+        return
+    head = "".join(f"<th>{_e(h)}</th>" for h in ["node", "profile", "model", "compliant", "fail", "warn", "report"])
+    yield f"<table><thead><tr>{head}</tr></thead><tbody>"
+    rows = iter(nodes)
+    while True:
+        chunk = [
+            f'<tr id="{anchor(r["node"])}"><td>{_e(r["node"])}</td><td>{_e(r["profile"])}</td>'
+            f"<td>{_e(r['model'])}</td><td>{'yes' if r['compliant'] else _NOT_COMPLIANT}</td>"
+            f'<td class="n">{r["fail"]}</td><td class="n">{r["warn"]}</td><td>{_e(r["started_at"])}</td></tr>'
+            for r in itertools.islice(rows, batch)
+        ]
+        if not chunk:
+            break
+        yield "".join(chunk)
+    yield "</tbody></table>"

@@ -39,12 +39,15 @@ the `sysfs-tree` kind's (`sysfs_tree.take_trees`); the rest is detected by conte
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from agent.importers.base import (
     HEAD_BYTES,
+    MAX_KMSG_LINES,
     Builder,
     Contribution,
     Importer,
@@ -136,7 +139,16 @@ class SosreportImporter:
         return any(_claimed(root, rel) for root, rel in splits(name))
 
     def contribute(self, data: bytes, builder: Builder) -> Contribution:
-        name = builder.current
+        return self._hold(builder.current, lambda: data)
+
+    def contribute_lines(self, lines: Iterable[str], builder: Builder) -> Contribution:
+        """A large member (over inputs.STREAM_ABOVE), streamed: one this kind does not use is never read
+        (its owner drains it for the checksum); one it uses is kept as its newest MAX_KMSG_LINES lines,
+        all that a kernel log can give a snapshot (and more than any other sos file holds)."""
+        return self._hold(builder.current,
+                          lambda: "".join(collections.deque(lines, maxlen=MAX_KMSG_LINES)).encode("utf-8"))
+
+    def _hold(self, name: str, data_of: Callable[[], bytes]) -> Contribution:
         found = splits(name)
         if not found:
             raise InputError("not a file of a sos report tree (sos_commands/, proc/, sys/, etc/ ...)")
@@ -146,11 +158,13 @@ class SosreportImporter:
         known = [rel for root, rel in found if root in self._roots]
         needed = not known or _wanted(known[-1])
         held = _Held(name, found, None)
-        if needed and self._bytes + len(data) <= MAX_HELD:
-            held.data = data
-            self._bytes += len(data)
-        elif needed:
-            held.dropped = True
+        if needed:
+            data = data_of()
+            if self._bytes + len(data) <= MAX_HELD:
+                held.data = data
+                self._bytes += len(data)
+            else:
+                held.dropped = True
         self._held.append(held)
         return Contribution()  # filled in by `finish`
 

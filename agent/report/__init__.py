@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.engine import Report
+from agent.report.model import Report
 from agent.sanitise import clean_value
 
 FORMATS = ("table", "json", "junit", "prom")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from agent.engine import Report
 from agent.model import Finding, Status
+from agent.report.model import Report
 from agent.sanitise import clean
 
 

@@ -20,8 +20,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString as _client_float
 
 from agent import __version__
-from agent.engine import Report
 from agent.model import Status
+from agent.report.model import Report
 from agent.sanitise import clean
 
 # Status codes, ordered by badness: `max by (instance) (nodewarden_check_status)` is the worst.

@@ -12,9 +12,9 @@ import shutil
 
 import click
 
-from agent.engine import Report
 from agent.model import Finding, Severity, Status
 from agent.report.collapse import Row, collapse, display_subjects, rank
+from agent.report.model import Report
 from agent.report.verdict import render_verdict
 from agent.sanitise import clean
 

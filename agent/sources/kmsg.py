@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from agent.facts import KmsgRecord
+from agent.lazyre import lazy_compile
 from agent.model import Unknown
 from agent.sources.fsroot import read_tail_fd
 
@@ -37,23 +38,24 @@ MAX_RECORDS = 200_000  # the kernel ring buffer holds far fewer; bound memory an
 KMSG_TAIL_BYTES = 16 << 20  # a recorded log is read from its last 16 MiB (the largest common ring buffer)
 _RECORD_BYTES = 8192  # /dev/kmsg returns one record per read; EINVAL if the buffer is smaller
 
-_KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
-_DMESG_RE = re.compile(r"^\[\s*(\d+)\.(\d+)\]\s?(.*)$")
+_KMSG_RE = lazy_compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
+_DMESG_RE = lazy_compile(r"^\[\s*(\d+)\.(\d+)\]\s?(.*)$")
 # dmesg --time-format=iso "2024-11-15T05:39:15,491363+00:00 msg"; journalctl -o short-iso "2025-01-02T15:20:12+0800 "
-_ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s(.*)$")
-_ISO_PARTS_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[,.](\d+))?"
-                           r"(Z|([+-])(\d{2}):?(\d{2}))?$")
+_ISO_RE = lazy_compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s(.*)$")
+_ISO_PARTS_RE = lazy_compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[,.](\d+))?"
+                             r"(Z|([+-])(\d{2}):?(\d{2}))?$")
 # dmesg -T / --ctime "[Thu Jul 18 16:03:50 2024] msg" (local time, no zone)
-_CTIME_RE = re.compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?(.*)$")
+_CTIME_RE = lazy_compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]"
+                         r"\s?(.*)$")
 # journalctl -o short-precise / short, syslog: "Jan 02 15:20:12.123456 HOST kernel: msg" (local time, no year)
-_SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+ kernel: .*)$")
-_MONTH_DAY_RE = re.compile(r"^(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
-                           r"(?: (\d{4}))?$")
-_JOURNAL_HOST_RE = re.compile(r"^\S+ kernel: (.*)$")
+_SYSLOG_RE = lazy_compile(r"^([A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+ kernel: .*)$")
+_MONTH_DAY_RE = lazy_compile(r"^(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+                             r"(?: (\d{4}))?$")
+_JOURNAL_HOST_RE = lazy_compile(r"^\S+ kernel: (.*)$")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                        "Dec"), start=1)}
 # `dmesg --decode`: "kern  :warn  : <rest>"
-_DECODED_RE = re.compile(r"^([a-z]+)\s*:([a-z]+)\s*: (.*)$")
+_DECODED_RE = lazy_compile(r"^([a-z]+)\s*:([a-z]+)\s*: (.*)$")
 _LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
 BOOT_RESET_USEC = 1_000_000  # the since-boot clock going back by more than this: a later boot's records
 CLOCK_SLACK = dt.timedelta(minutes=10)  # clock steps after boot (NTP) and the capture's own duration
@@ -64,7 +66,7 @@ def parse_kmsg_line(line: str) -> KmsgRecord | None:
     """One line of any supported format; None for continuation or blank lines."""
     if not line.strip() or line.startswith(" "):
         return None  # /dev/kmsg dictionary continuation lines start with a space
-    match = _KMSG_RE.match(line)
+    match = _KMSG_RE().match(line)
     if match:
         prefix = int(match.group(1))
         return KmsgRecord(
@@ -73,19 +75,19 @@ def parse_kmsg_line(line: str) -> KmsgRecord | None:
             seq=int(match.group(2)),
             ts_usec=int(match.group(3)),
         )
-    decoded = _DECODED_RE.match(line)
+    decoded = _DECODED_RE().match(line)
     if decoded and decoded.group(2) in _LEVELS:
         inner = parse_kmsg_line(decoded.group(3))
         if inner is not None:
             level = _LEVELS[decoded.group(2)]
             return KmsgRecord(message=inner.message, priority=level, ts_usec=inner.ts_usec, wall=inner.wall)
-    match = _DMESG_RE.match(line)
+    match = _DMESG_RE().match(line)
     if match:
         return KmsgRecord(message=match.group(3), ts_usec=_usec(match))
-    match = _CTIME_RE.match(line)
+    match = _CTIME_RE().match(line)
     if match:
         return KmsgRecord(message=match.group(2), wall=match.group(1))
-    match = _ISO_RE.match(line) or _SYSLOG_RE.match(line)
+    match = _ISO_RE().match(line) or _SYSLOG_RE().match(line)
     if match:
         return _stamped(match.group(1), match.group(2))
     return KmsgRecord(message=line)
@@ -97,9 +99,9 @@ def _usec(match: re.Match[str]) -> int:
 
 def _stamped(stamp: str, rest: str) -> KmsgRecord:
     """A record with a wall-clock stamp; journalctl's "HOST kernel: " and a printk time after it are read too."""
-    if host := _JOURNAL_HOST_RE.match(rest):
+    if host := _JOURNAL_HOST_RE().match(rest):
         rest = host.group(1)
-    if mono := _DMESG_RE.match(rest):
+    if mono := _DMESG_RE().match(rest):
         return KmsgRecord(message=mono.group(3), ts_usec=_usec(mono), wall=stamp)
     return KmsgRecord(message=rest, wall=stamp)
 
@@ -113,7 +115,7 @@ def wall_time(stamp: str | None, reference: dt.datetime | None = None) -> dt.dat
     """
     if not stamp:
         return None
-    if iso := _ISO_PARTS_RE.match(stamp):
+    if iso := _ISO_PARTS_RE().match(stamp):
         year, month, day, hour, minute, second, fraction, zone, sign, zh, zm = iso.groups()
         tz: dt.tzinfo | None = None
         if zone == "Z":
@@ -126,7 +128,7 @@ def wall_time(stamp: str | None, reference: dt.datetime | None = None) -> dt.dat
                                int((fraction or "0").ljust(6, "0")[:6]), tzinfo=tz)
         except ValueError:
             return None
-    parts = _MONTH_DAY_RE.match(stamp)
+    parts = _MONTH_DAY_RE().match(stamp)
     if not parts or parts.group(1) not in _MONTHS:
         return None
     month_name, day, hour, minute, second, fraction, year = parts.groups()

@@ -11,11 +11,14 @@ which holds each request to what a one-shot audit can afford:
 * one total deadline for the whole BMC read: each request's socket timeout is clipped to what is
   left, and reading the body stops when it passes, so a trickling (slow-loris) BMC cannot hold
   the audit past it;
-* the connection pool matches the walk's concurrency.
+* the connection pool matches the walk's concurrency (`resize_pool`: the walk sets it), so no
+  request in flight waits for, or throws away, a connection;
+* `sent` counts every request that went out (the login's too).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -52,9 +55,23 @@ class BoundedSession(requests.Session):
         self.max_body_bytes = max_body_bytes
         self.deadline = deadline  # time.monotonic() value; None: per-request timeouts only
         self.trust_env = False  # no proxies or .netrc credentials from the environment for a BMC
-        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(1, pool_size), max_retries=0)
+        self.sent = 0
+        self._count_lock = threading.Lock()
+        self.pool_size = 0
+        self.resize_pool(pool_size)
+
+    def resize_pool(self, pool_size: int) -> None:
+        """One pool of `pool_size` connections for the BMC (replacing a pool of another size)."""
+        size = max(1, pool_size)
+        if size == self.pool_size:
+            return
+        old = self.adapters.get("http://")
+        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=size, max_retries=0)
         self.mount("http://", adapter)
         self.mount("https://", adapter)
+        self.pool_size = size
+        if old is not None:
+            old.close()  # its idle connections (the login's); none is in use between login and walk
 
     def _remaining(self) -> float | None:
         if self.deadline is None:
@@ -68,6 +85,8 @@ class BoundedSession(requests.Session):
         kwargs["allow_redirects"] = False
         kwargs["stream"] = True
         left = self._remaining()
+        with self._count_lock:
+            self.sent += 1
         if left is not None:
             timeout = kwargs.get("timeout")
             kwargs["timeout"] = left if not isinstance(timeout, (int, float)) else min(float(timeout), left)

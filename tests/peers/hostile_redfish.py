@@ -8,7 +8,8 @@ floods and fans out, and records every request (path, headers) it receives.
 Behaviours (`mode`):
   normal     a tiny valid service: root, a session service, one chassis with one PSU
   redirect   the service root answers 302 to `redirect_to` (another origin)
-  trickle    the service root's body arrives one byte every `trickle_s` seconds, forever
+  trickle    the Chassis collection's body (the first resource the walk asks for after login, which
+             reuses the login's service root) arrives one byte every `trickle_s` seconds, forever
   deep       /Chassis answers an object nested `depth` levels deep
   huge       /Chassis answers `huge_bytes` of a JSON string, chunked, without Content-Length
   fanout     every collection answers `fanout` fresh member collections, without end
@@ -105,7 +106,7 @@ def hostile_bmc(mode: str = "normal", *, host: str = "127.0.0.1", redirect_to: s
                 self.send_header("Location", f"{redirect_to}/redfish/v1/")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-            elif path == "/redfish/v1" and mode == "trickle" and "X-Auth-Token" in self.headers:
+            elif path == "/redfish/v1/Chassis" and mode == "trickle":
                 self._trickle()
             elif path == "/redfish/v1":
                 self._json(ROOT_BODY)
