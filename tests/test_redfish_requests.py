@@ -7,6 +7,7 @@ sushy-static answers any query string with 404, so the HPE mockup (whose service
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +110,16 @@ class ExpandingRecording(RecordedRedfish):
     def __init__(self, base: Path) -> None:
         super().__init__(base)
         self.asked: list[tuple[str, str | None]] = []
+        self.walk: Walk | None = None  # set: every other answer waits until the walk took the probe's
 
     def get(self, path: str, expand: str | None = None) -> dict[str, Any]:
         self.asked.append((path, expand))
+        if self.walk is not None and path not in ("/redfish/v1", "/redfish/v1/Systems"):
+            # Deterministic order on a loaded machine: what was asked while the probe was in flight is
+            # recorded plain above, and nothing asked later can come before the walk learnt the probe worked.
+            deadline = time.monotonic() + 5
+            while not self.walk.expand_works and time.monotonic() < deadline:
+                time.sleep(0.005)
         body = super().get(path)
         if expand and isinstance(body.get("Members"), list):
             body = {**body, "Members": [super(ExpandingRecording, self).get(m["@odata.id"]) for m in body["Members"]]}
@@ -121,6 +129,7 @@ class ExpandingRecording(RecordedRedfish):
 def test_once_the_probe_worked_collections_are_expanded() -> None:
     transport = ExpandingRecording(mockup("hpe-dl380a-gen11"))
     walk = Walk(transport, concurrency=4)
+    transport.walk = walk
     walk.run()
     expanded = [p for p, e in transport.asked if e]
     assert expanded[0] == "/redfish/v1/Systems" and walk.expand_works
