@@ -141,3 +141,39 @@ def hca(name: str, hca_type: str, fw: str, rate_gbps: int, link_layer: str = "In
                     link_layer=link_layer, counters={"link_downed": 0, "symbol_error": 0}, hw_counters={})
     extra = {"physfn": physfn} if physfn else {}
     return RdmaDevice(name, hca_type, "MT_0000000838", fw, address, (port,), **extra)
+
+
+# --- Redfish trees edited for a test -------------------------------------------------------------------
+
+
+def edit_resource(snap: Path, rel: str, **fields: Any) -> None:
+    """Set `fields` on the resource `rel` (under the snapshot) as its index.json; created if absent.
+
+    The file is replaced, never written in place: a snapshot may hard-link its files to fixtures/.
+    """
+    import json
+
+    path = snap / rel / "index.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    doc.update(fields)
+    path.unlink(missing_ok=True)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+
+
+def plant_firmware_inventory(snap: Path, images: dict[str, tuple[str, str]], processors: str,
+                             name: str | None = None) -> None:
+    """An UpdateService/FirmwareInventory of `images` (id -> (version, GPU id under `processors`)),
+    each linked to its GPU by RelatedItem, as HGX baseboards publish them; `name`: every entry's
+    Name (HGX BMCs say "Software Inventory"), else its id."""
+    inventory = "redfish/v1/UpdateService/FirmwareInventory"
+    edit_resource(snap, "redfish/v1/UpdateService", **{"@odata.id": "/redfish/v1/UpdateService",
+                                                       "@odata.type": "#UpdateService.v1_11_0.UpdateService",
+                                                       "FirmwareInventory": {"@odata.id": f"/{inventory}"}})
+    edit_resource(snap, inventory, **{
+        "@odata.id": f"/{inventory}", "@odata.type": "#SoftwareInventoryCollection.SoftwareInventoryCollection",
+        "Members": [{"@odata.id": f"/{inventory}/{i}"} for i in images], "Members@odata.count": len(images)})
+    for ident, (version, gpu) in images.items():
+        edit_resource(snap, f"{inventory}/{ident}", **{
+            "@odata.id": f"/{inventory}/{ident}", "Id": ident, "@odata.type": "#SoftwareInventory.v1_4_0.SoftwareInventory",
+            "Name": name or ident, "Version": version, "RelatedItem": [{"@odata.id": f"/{processors}/{gpu}"}]})

@@ -17,7 +17,6 @@ and mixed HGX_FW_GPU_SXM_N images failed it as group "hgx_fw_gpu_sxm_#".
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from agent.profiles import ProfileStore
 from checks.bmc_events import EVENTS, LINK_FLAPS_MAX
 from checks.bmc_firmware import CONSISTENCY, is_gpu_vbios_image
 from tests.conftest import REPO, RunCli
-from tests.factories import nvml_node
+from tests.factories import edit_resource, nvml_node, plant_firmware_inventory
 from tests.test_corpus import _redfish_snapshot as redfish_snapshot
 
 FIXTURES = REPO / "fixtures"
@@ -59,13 +58,7 @@ def findings_of(report: dict[str, Any], check: str) -> dict[str, dict[str, Any]]
     return {f["subject"]: f for f in report["findings"] if f["check"] == check}
 
 
-def edit(snap: Path, rel: str, **fields: Any) -> None:
-    path = snap / rel / "index.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    doc.update(fields)
-    path.unlink(missing_ok=True)  # the snapshot's files are hard links into fixtures/: never write through one
-    path.write_text(json.dumps(doc), encoding="utf-8")
+edit = edit_resource  # one resource's fields set, the file replaced (never written through a link)
 
 
 # --- V100 PCIe is judged by nvidia-pcie --------------------------------------------------------------------
@@ -205,21 +198,10 @@ def test_hgx_gpu_images_are_left_out_but_their_erot_is_compared(run_cli: RunCli,
                                                                empty_config: Path) -> None:
     snap = bmc_snapshot(tmp_path, HGX, "2026-01-01T00:00:00+00:00")
     processors = "redfish/v1/Systems/HGX_Baseboard_0/Processors"
-    inventory = "redfish/v1/UpdateService/FirmwareInventory"
     images = {"HGX_FW_GPU_SXM_1": ("97.00.82.00.0F", "GPU_SXM_1"), "HGX_FW_GPU_SXM_2": ("97.00.82.00.0E", "GPU_SXM_2"),
               "HGX_FW_ERoT_GPU_SXM_1": ("01.03.0250.0000_n04", "GPU_SXM_1"),
               "HGX_FW_ERoT_GPU_SXM_2": ("01.03.0240.0000_n04", "GPU_SXM_2")}
-    edit(snap, "redfish/v1/UpdateService", **{"@odata.id": "/redfish/v1/UpdateService",
-                                               "@odata.type": "#UpdateService.v1_11_0.UpdateService",
-                                               "FirmwareInventory": {"@odata.id": f"/{inventory}"}})
-    edit(snap, inventory, **{"@odata.id": f"/{inventory}", "@odata.type": "#SoftwareInventoryCollection."
-                             "SoftwareInventoryCollection", "Members": [{"@odata.id": f"/{inventory}/{i}"} for i in images],
-                             "Members@odata.count": len(images)})
-    for ident, (version, gpu) in images.items():
-        edit(snap, f"{inventory}/{ident}", **{"@odata.id": f"/{inventory}/{ident}", "Id": ident,
-                                              "@odata.type": "#SoftwareInventory.v1_4_0.SoftwareInventory",
-                                              "Name": ident, "Version": version,
-                                              "RelatedItem": [{"@odata.id": f"/{processors}/{gpu}"}]})
+    plant_firmware_inventory(snap, images, processors)
     _code, report = audit(run_cli, snap, empty_config)
     assert {s: f["status"] for s, f in findings_of(report, "gpu.firmware.vbios").items()} == {
         "GPU_SXM_1": "fail", "GPU_SXM_2": "fail"}

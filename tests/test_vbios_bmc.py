@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO, RunCli
+from tests.factories import edit_resource, plant_firmware_inventory
 
 TREES = REPO / "fixtures" / "redfish"
 HPE = "hpe-dl380a-gen11"  # iLO 6, 2x H100 NVL: VBIOS in UpdateService/FirmwareInventory/21 and /22
@@ -33,12 +34,7 @@ def bmc_snapshot(tmp_path: Path, tree: str) -> Path:
     return snap
 
 
-def edit(snap: Path, rel: str, **fields: Any) -> None:
-    path = snap / rel / "index.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    doc.update(fields)
-    path.write_text(json.dumps(doc), encoding="utf-8")
+edit = edit_resource  # one resource's fields set, the file replaced (never written through a link)
 
 
 def vbios(run_cli: RunCli, snap: Path, config: Path) -> dict[str, dict[str, Any]]:
@@ -99,21 +95,10 @@ def test_hgx_firmware_inventory_gpu_images_not_erot_or_inforom(run_cli: RunCli, 
                                                                empty_config: Path) -> None:
     """No FirmwareVersion on the Processors: HGX_FW_GPU_SXM_N, linked to its GPU, is the VBIOS."""
     snap = bmc_snapshot(tmp_path, HGX)
-    inventory = "redfish/v1/UpdateService/FirmwareInventory"
     images = {"HGX_FW_GPU_SXM_1": ("97.00.82.00.0F", "GPU_SXM_1"), "HGX_FW_GPU_SXM_2": ("97.00.82.00.0E", "GPU_SXM_2"),
               "HGX_FW_ERoT_GPU_SXM_1": ("01.03.0250.0000_n04", "GPU_SXM_1"),
               "HGX_InfoROM_GPU_SXM_1": ("G525.0220.00.01", "GPU_SXM_1")}
-    edit(snap, "redfish/v1/UpdateService", **{"@odata.id": "/redfish/v1/UpdateService",
-                                               "@odata.type": "#UpdateService.v1_11_0.UpdateService",
-                                               "FirmwareInventory": {"@odata.id": f"/{inventory}"}})
-    edit(snap, inventory, **{"@odata.id": f"/{inventory}", "@odata.type": "#SoftwareInventoryCollection."
-                             "SoftwareInventoryCollection", "Members": [{"@odata.id": f"/{inventory}/{i}"} for i in images],
-                             "Members@odata.count": len(images)})
-    for ident, (version, gpu) in images.items():
-        edit(snap, f"{inventory}/{ident}", **{"@odata.id": f"/{inventory}/{ident}", "Id": ident,
-                                              "@odata.type": "#SoftwareInventory.v1_4_0.SoftwareInventory",
-                                              "Name": "Software Inventory", "Version": version,
-                                              "RelatedItem": [{"@odata.id": f"/{PROCESSORS}/{gpu}"}]})
+    plant_firmware_inventory(snap, images, PROCESSORS, name="Software Inventory")
     found = vbios(run_cli, snap, empty_config)
     assert {s: (f["status"], f["observed"]) for s, f in found.items()} == {
         "GPU_SXM_1": ("fail", "97.00.82.00.0F"), "GPU_SXM_2": ("fail", "97.00.82.00.0E")}

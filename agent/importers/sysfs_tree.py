@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from agent.importers.base import Builder, Contribution, InputError, valid_fs_path
 from agent.importers.inputs import Entry
+from agent.sources.fsroot import resolve_links
 
 MAX_HELD = 512 << 20  # bytes held until every input is read
 MAX_HOPS = 40  # as SnapshotFs: the kernel's MAXSYMLINKS
@@ -59,30 +60,11 @@ def lexical_target(link: str, target: str) -> tuple[str, bool]:
 
 
 def resolve(links: dict[str, str], path: str) -> str | None:
-    """`path` with recorded links followed as SnapshotFs follows them; None for a loop (past MAX_HOPS)."""
-    pending = [p for p in path.split("/") if p]
-    out: list[str] = []
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            if out:
-                out.pop()
-            continue
-        candidate = "/".join([*out, part])
-        target = links.get(candidate)
-        if target is not None:
-            hops += 1
-            if hops > MAX_HOPS:
-                return None
-            if target.startswith("/"):
-                out = []
-            pending = [p for p in target.split("/") if p] + pending
-            continue
-        out.append(part)
-    return "/".join(out)
+    """`path` with recorded links followed as SnapshotFs follows them; None for a loop."""
+    try:
+        return resolve_links(links, path)
+    except OSError:
+        return None
 
 
 class Placer:

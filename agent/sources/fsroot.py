@@ -294,6 +294,37 @@ def _close_all(fds: dict[str, int]) -> None:
     fds.clear()
 
 
+def resolve_links(links: dict[str, str], path: str, follow_last: bool = True) -> str:
+    """`path` (relative to fs/) with the recorded `links` followed lexically, clamped at the root:
+    `..` stops there, an absolute target starts there. OSError(ELOOP) past the kernel's hop limit.
+
+    The one resolver: SnapshotFs reads through it, and importers place links by it.
+    """
+    pending = [p for p in path.split("/") if p]
+    out: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if out:
+                out.pop()
+            continue
+        candidate = "/".join([*out, part])
+        target = links.get(candidate)
+        if target is not None and (pending or follow_last):
+            hops += 1
+            if hops > _MAX_LINK_HOPS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            if target.startswith("/"):
+                out = []
+            pending = [p for p in target.split("/") if p] + pending
+            continue
+        out.append(part)
+    return "/".join(out)
+
+
 class SnapshotFs:
     """A snapshot's fs/ tree with symlinks resolved through fs_links.json."""
 
@@ -512,29 +543,7 @@ class SnapshotFs:
         return cached
 
     def _resolve_uncached(self, path: str, follow_last: bool) -> str:
-        pending = [p for p in path.split("/") if p]
-        out: list[str] = []
-        hops = 0
-        while pending:
-            part = pending.pop(0)
-            if part == ".":
-                continue
-            if part == "..":
-                if out:
-                    out.pop()
-                continue
-            candidate = "/".join([*out, part])
-            target = self.links.get(candidate)
-            if target is not None and (pending or follow_last):
-                hops += 1
-                if hops > _MAX_LINK_HOPS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
-                if target.startswith("/"):
-                    out = []
-                pending = [p for p in target.split("/") if p] + pending
-                continue
-            out.append(part)
-        return "/".join(out)
+        return resolve_links(self.links, path, follow_last)
 
     def _raise_recorded_error(self, rel: str, path: str) -> None:
         code = self.errors.get(rel)
