@@ -137,18 +137,19 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
     from agent.errors import AuditError
     from agent.facts import BmcFacts, NvmlFacts
     from agent.model import Unknown, Unsupported
-    from agent.node import node_info, observed_at, open_node, read_bmc, read_host
+    from agent.node import node_info, observed_at, open_node
     from agent.profiles import ProfileStore
-    from agent.sources.host import absent_host_facts
+    from agent.sources.registry import BMC, HOST, NVML
+    from agent.sources.source import ReadOptions
 
     config = request.config
     node = node or open_node(request)
-    host = read_host(node)[0] if node.captured("host") and node.fs is not None else absent_host_facts(
-        "not in this snapshot")
+    options = ReadOptions(bmc=request.bmc, nvml_timeout_s=request.nvml_timeout_s)
+    host = HOST.read(node, options)[0]  # not in the snapshot: absent, "not in this snapshot"
     notes: list[str] = []
     nvml: NvmlFacts | Unknown
     if node.captured("nvml"):
-        nvml, _status = node.read_nvml(request.nvml_timeout_s)
+        nvml, _status = NVML.read(node, options)
         if isinstance(nvml, Unknown):
             raise AuditError(f"cannot record a baseline: NVML unavailable: {nvml.reason}")
         if nvml.incomplete:
@@ -156,7 +157,7 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
     else:
         nvml = Unsupported("not in this snapshot")
         notes.append("GPUs: not in this snapshot")
-    bmc, _statuses = read_bmc(node, request.bmc)
+    bmc, _statuses = BMC.read(node, options)
     bmc_doc: dict[str, Any] | None = None
     if isinstance(bmc, BmcFacts):
         bmc_doc = bmc_entry(bmc, notes)

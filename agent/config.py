@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
 from agent.schema import Validator, validate_document
+from agent.sources.registry import polls
+from agent.sources.source import Poll
 from agent.yamlfile import load_yaml_file
 
 ETC_DIR = Path("/etc/nodewarden")
@@ -54,14 +57,16 @@ _IPMI = {"type": "object", "additionalProperties": False,
              **_ENDPOINT_KEYS,
          }}
 _SECONDS = {"type": "number", "exclusiveMinimum": 0}
-_SOURCES = {"host": "host files (sysctls, sysfs, procfs)", "nvml": "the GPUs over NVML",
-            "bmc_sensors": "the BMC's sensors (walked from /Chassis)",
-            "bmc_inventory": "the BMC's whole tree (firmware, BIOS, logs)"}
 
 
-def _per_source(what: str, defaults: dict[str, float]) -> dict[str, Any]:
+def _per_poll(what: str, seconds: Callable[[Poll], float]) -> dict[str, Any]:
+    """One key per daemon poll of a source (agent.sources.registry), with that poll's default."""
     return {"type": "object", "additionalProperties": False, "description": what, "properties": {
-        name: _doc(_SECONDS, f"Seconds, for {text}", defaults[name]) for name, text in _SOURCES.items()}}
+        poll.name: _doc(_SECONDS, f"Seconds, for {poll.what}", _plain(seconds(poll))) for poll in polls()}}
+
+
+def _plain(seconds: float) -> float | int:
+    return int(seconds) if seconds.is_integer() else seconds  # the docs show 60, not 60.0
 
 
 _DAEMON = {
@@ -71,10 +76,9 @@ _DAEMON = {
     "properties": {
         "listen": _doc({"type": "string", "pattern": "^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.\\-]+):[0-9]{1,5}$"},
                        "HOST:PORT of /metrics (a remote Prometheus needs a non-loopback address)", "127.0.0.1:9847"),
-        "intervals": _per_source("How often each source is read",
-                                 {"host": 60, "nvml": 15, "bmc_sensors": 120, "bmc_inventory": 3600}),
-        "timeouts": _per_source("How long one read of each source may take before it counts as down",
-                                {"host": 20, "nvml": 10, "bmc_sensors": 60, "bmc_inventory": 120}),
+        "intervals": _per_poll("How often each source is read", lambda poll: poll.interval_s),
+        "timeouts": _per_poll("How long one read of each source may take before it counts as down",
+                              lambda poll: poll.timeout_s),
         "auto_apply": _doc({"type": "boolean"}, "Apply `safe` remediations on its own (needs root; see the unit)",
                            False),
         "auto_apply_interval_s": _doc(_SECONDS, "Seconds between auto-apply runs", 300),

@@ -35,31 +35,30 @@ from agent.errors import ConfigError, NodewardenError
 from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
 from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings, freshness_families
 from agent.model import SourceStatus, Status, Unknown, Unsupported
-from agent.node import NodeSource, open_node, read_bmc
+from agent.node import NodeSource, open_node
 from agent.profiles import ProfileStore
 from agent.report.model import Report
 from agent.report.prom import render_families
 from agent.sources.baseline import load_node_baseline
 from agent.sources.deadline import DeadlineExceeded, call_with_deadline
-from agent.sources.host import absent_host_facts, read_host_facts, read_sysctls
+from agent.sources.host import read_sysctls
 from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower, boot_start
+from agent.sources.registry import HOST, SOURCES, polls
+from agent.sources.source import PENDING, PollResult, ReadOptions, Source
 from agent.sources.xid import parse_xid
 
 log = logging.getLogger("nodewarden.daemon")
 
 DEFAULT_LISTEN = ("127.0.0.1", 9847)
-# Seconds. NVML reads every GPU fact in one pass of cheap driver calls, so the fast interval
-# covers configuration too; the BMC is walked from the chassis for sensors, and whole (firmware,
-# BIOS, logs) rarely: BMCs are small and slow.
-DEFAULT_INTERVALS = {"nvml": 15.0, "host": 60.0, "bmc_sensors": 120.0, "bmc_inventory": 3600.0}
-DEFAULT_TIMEOUTS = {"nvml": 10.0, "host": 20.0, "bmc_sensors": 60.0, "bmc_inventory": 120.0}
-SENSOR_PARTS = ("temperatures", "fans", "psus", "redundancy", "power_consumed_w", "leak_detectors")
+# Seconds, each source's own (agent.sources.registry). NVML reads every GPU fact in one pass of cheap
+# driver calls, so its fast interval covers configuration too.
+DEFAULT_INTERVALS = {poll.name: poll.interval_s for poll in polls()}
+DEFAULT_TIMEOUTS = {poll.name: poll.timeout_s for poll in polls()}
 EVALUATE_AT_MOST_EVERY_S = 1.0
 # The first evaluation waits for these pollers only (fast, local); a slow or hung BMC shows as
 # pending until it answers instead of holding back every other finding.
 FIRST_PUBLISH_POLLERS = ("host", "nvml")
 FIRST_PUBLISH_GRACE_S = 1.0  # how long the first publish waits for the other pollers at most
-PENDING = "not read yet"
 
 
 @dataclass(frozen=True)
@@ -100,13 +99,6 @@ def daemon_settings(config: Config, listen: str | None) -> DaemonSettings:
         auto_apply=bool(section.get("auto_apply", False)),
         auto_apply_interval_s=float(section.get("auto_apply_interval_s", 300.0)),
     )
-
-
-@dataclass
-class PollResult:
-    value: Any
-    statuses: dict[str, SourceStatus]
-    finished_at: float  # time.time()
 
 
 class SourcePoller:
@@ -175,11 +167,6 @@ class SourcePoller:
         return PollResult(value, statuses, time.time())
 
 
-def _pending(name: str) -> SourceStatus:
-    """A configured source whose first read has not returned yet (`nodewarden_source_pending`)."""
-    return SourceStatus(name, ok=False, error=PENDING, detail={"pending": True})
-
-
 def _outcome(result: PollResult) -> list[tuple[str, bool, bool, str | None]]:
     """How a poll went, without what varies between identical polls (durations, request counts)."""
     return sorted((name, s.ok, s.configured, s.error) for name, s in result.statuses.items())
@@ -223,36 +210,35 @@ class Daemon:
     # --- sources -------------------------------------------------------------------------------
 
     def _make_pollers(self) -> list[SourcePoller]:
+        """One poller per poll of each source the node has (the registry's order and defaults)."""
         def interval(name: str) -> Callable[[], float]:
             return lambda: self.settings.intervals[name]
 
         def timeout(name: str) -> Callable[[], float]:
             return lambda: self.settings.timeouts[name]
 
-        readers: dict[str, tuple[Callable[[], tuple[Any, dict[str, SourceStatus]]], tuple[str, ...]]] = {}
-        if self.node.captured("host") and self.node.fs is not None:
-            readers["host"] = (self._read_host, ("host",))
-        if self.node.captured("nvml"):
-            readers["nvml"] = (self._read_nvml, ("nvml",))
-        if self._bmc_protocols:
-            readers["bmc_inventory"] = (lambda: self._read_bmc(sensors_only=False), self._bmc_protocols)
-            readers["bmc_sensors"] = (lambda: self._read_bmc(sensors_only=True), self._bmc_protocols)
-        return [SourcePoller(name, read, reports, interval(name), timeout(name), self._on_result, self.stop)
-                for name, (read, reports) in readers.items()]
+        # The daemon's own policy for these two: NVML stays initialised between polls, and the host
+        # read adds the judging profile's sysctls.
+        special: dict[str, Callable[[], tuple[Any, dict[str, SourceStatus]]]] = {
+            "host": self._read_host, "nvml": self._read_nvml}
+        pollers = []
+        for src in SOURCES:
+            if not src.polled(self.node, self.request.bmc):
+                continue
+            for poll in src.polls:
+                read = special.get(poll.name) or self._reader(src, poll.sensors_only)
+                pollers.append(SourcePoller(poll.name, read, src.reports(self.node, self.request.bmc),
+                                            interval(poll.name), timeout(poll.name), self._on_result, self.stop))
+        return pollers
 
-    @property
-    def _bmc_protocols(self) -> tuple[str, ...]:
-        """The BMC protocols this node is read with: named on the command line, else the snapshot's."""
-        bmc, snap = self.request.bmc, self.node.snapshot
-        if bmc.configured or snap is None:
-            return tuple(n for n, on in (("redfish", bool(bmc.url)), ("ipmi", bool(bmc.ipmi_host))) if on)
-        return tuple(n for n in ("redfish", "ipmi") if snap.has(n))
+    def _reader(self, src: Source, sensors_only: bool) -> Callable[[], tuple[Any, dict[str, SourceStatus]]]:
+        return lambda: src.read(self.node, ReadOptions(bmc=self.request.bmc, sensors_only=sensors_only))
 
     def _read_host(self) -> tuple[HostFacts, dict[str, SourceStatus]]:
         fs = self.node.fs
         assert fs is not None
         start = time.monotonic()
-        host = read_host_facts(fs)
+        host, _status = HOST.read(self.node, ReadOptions())
         # Before the first evaluation the judging profile is not known yet: match it from this very
         # read, so the first report has every sysctl its profile names (no "was not read").
         keys = self._sysctl_keys or self._profile_sysctls(host)
@@ -277,9 +263,6 @@ class Daemon:
             self._nvml = NvmlSession.live() if snap is None else NvmlSession.replay(snap.path / "nvml.json")
         facts, status = self._nvml.read(self.settings.timeouts["nvml"])
         return facts, {"nvml": status}
-
-    def _read_bmc(self, sensors_only: bool) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
-        return read_bmc(self.node, self.request.bmc, sensors_only=sensors_only)
 
     def _make_follower(self) -> KmsgFollower | None:
         if self.node.snapshot is None:
@@ -331,66 +314,22 @@ class Daemon:
 
     def _sources_now(self) -> tuple[HostFacts, NvmlFacts | Unknown, BmcFacts | Unknown,
                                     dict[str, SourceStatus]]:
+        """Each polled source's facts and statuses from its newest polls (pending, failed or not polled)."""
         with self._lock:
             results = dict(self._results)
+        facts: dict[str, Any] = {}
         sources: dict[str, SourceStatus] = {}
-        host_result = results.get("host")
-        host = host_result.value if host_result and isinstance(host_result.value, HostFacts) else (
-            absent_host_facts(PENDING if self.node.captured("host") else "not in this snapshot"))
-        if host_result:
-            sources.update(host_result.statuses)
-        elif self.node.captured("host"):
-            sources["host"] = _pending("host")
-        else:
-            sources["host"] = SourceStatus("host", ok=False, configured=False, error="not in snapshot")
-        nvml_result = results.get("nvml")
-        nvml: NvmlFacts | Unknown = Unsupported("not in snapshot") if not self.node.captured("nvml") else (
-            Unknown(PENDING))
-        if nvml_result:
-            sources.update(nvml_result.statuses)
-            nvml = nvml_result.value if nvml_result.value is not None else Unknown(
-                nvml_result.statuses["nvml"].error or "not read")
-        elif self.node.captured("nvml"):
-            sources["nvml"] = _pending("nvml")
-        else:
-            sources["nvml"] = SourceStatus("nvml", ok=False, configured=False, error="not in snapshot")
-        bmc, bmc_sources = self._bmc_now(results)
-        sources.update(bmc_sources)
-        if self.kmsg is not None:
+        for src in SOURCES:
+            if src.polls:
+                facts[src.facts_field], statuses = src.from_polls(
+                    self.node, self.request.bmc, {poll.name: results.get(poll.name) for poll in src.polls})
+                sources.update(statuses)
+        if self.kmsg is not None:  # followed, not polled
             error = self.kmsg.error
             sources["kmsg"] = SourceStatus("kmsg", ok=error is None, error=error)
         else:
             sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
-        return host, nvml, bmc, sources
-
-    def _bmc_now(self, results: dict[str, PollResult]) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
-        """The inventory walk's facts with the newer sensor readings; statuses from the newest poll."""
-        protocols = self._bmc_protocols
-        statuses = {name: _pending(name) if name in protocols else
-                    SourceStatus(name, ok=False, configured=False, error="not configured")
-                    for name in ("redfish", "ipmi")}
-        inventory, sensors = results.get("bmc_inventory"), results.get("bmc_sensors")
-        polled = [r for r in (inventory, sensors) if r is not None]
-        if not polled:
-            return (Unknown(PENDING) if protocols else Unsupported("no BMC configured")), statuses
-        newest = max(polled, key=lambda r: r.finished_at)
-        statuses.update(newest.statuses)
-        base = inventory.value if inventory is not None and isinstance(inventory.value, BmcFacts) else None
-        if base is not None and newest is sensors:
-            fresh = sensors.value
-            if isinstance(fresh, BmcFacts):
-                return base._replace(**{part: getattr(fresh, part) for part in SENSOR_PARTS}), statuses
-            # The sensor poll failed after the inventory: its readings are gone, and say why.
-            errors = "; ".join(f"{n}: {s.error}" for n, s in sorted(newest.statuses.items()) if not s.ok)
-            gone = Unknown(f"the BMC did not answer the sensor poll ({errors or 'no data'})")
-            replaced: dict[str, Any] = {part: gone for part in SENSOR_PARTS}
-            return base._replace(**replaced), statuses
-        if base is not None:
-            return base, statuses
-        if isinstance(newest.value, (BmcFacts, Unknown)):
-            return newest.value, statuses
-        errors = "; ".join(f"{n}: {s.error}" for n, s in sorted(newest.statuses.items()) if not s.ok)
-        return Unknown(errors or "not read"), statuses
+        return facts["host"], facts["nvml"], facts["bmc"], sources
 
     def evaluate(self) -> Report:
         host, nvml, bmc, sources = self._sources_now()

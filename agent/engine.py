@@ -33,7 +33,7 @@ from agent.facts import (
 )
 from agent.host_parts import mask_missing_parts
 from agent.matching import Identity, Selection, identify, identify_bmc, select
-from agent.model import Evidence, Finding, SourceStatus, Unknown, Unsupported
+from agent.model import Evidence, Finding, SourceStatus, Unknown
 from agent.node import (
     EVIDENCE_REFS_MAX,
     NodeSource,
@@ -41,15 +41,14 @@ from agent.node import (
     node_info,
     observed_at,
     open_node,
-    read_bmc,
-    read_host,
-    read_kmsg,
     snapshot_evidence,
     snapshot_feeds,
 )
 from agent.profiles import Profile, ProfileStore
 from agent.report.model import Report
-from agent.sources.host import absent_host_facts, read_sysctls
+from agent.sources.host import read_sysctls
+from agent.sources.registry import BMC, HOST, KMSG, NVML
+from agent.sources.source import NOT_IN_SNAPSHOT, ReadOptions
 from agent.sources.xid import parse_xids
 from agent.waivers import apply_waivers, load_waivers
 from checks import Check, all_checks, run_checks
@@ -59,6 +58,7 @@ ALWAYS_CHECKS = ("profile.match", "source.available")
 NVML_SOURCES = ("nvml",)  # cross-checks use whichever views the other checks needed
 BMC_SOURCES = ("bmc",)
 NOT_IN_BMC_AUDIT = "not in this audit (BMC only)"
+NOT_NEEDED = "not needed by the selected checks"
 
 
 @dataclass
@@ -141,19 +141,22 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     node = open_node(request)
     sources: dict[str, SourceStatus] = {}
 
+    options = ReadOptions(bmc=request.bmc, nvml_timeout_s=request.nvml_timeout_s)
+
     if node.captured("host"):
-        host, sources["host"] = read_host(node)
+        host, read = HOST.read(node, options)
+        sources.update(read)
     elif node.captured("nvml"):
-        host = absent_host_facts("not in this snapshot (it holds NVML data only)")
-        sources["host"] = SourceStatus("host", ok=False, configured=False, error="not in snapshot")
-    elif node.captured("kmsg") and not (node.captured("redfish") or node.captured("ipmi")):
+        host = HOST.absent("not in this snapshot (it holds NVML data only)")
+        sources.update(HOST.not_read(NOT_IN_SNAPSHOT))
+    elif node.captured("kmsg") and not BMC.captured(node):
         # A kernel log alone (a customer's dmesg): the Xid and SXid checks judge it, nothing else runs.
-        host = absent_host_facts("not in this snapshot (it holds a kernel log only)")
-        sources["host"] = SourceStatus("host", ok=False, configured=False, error="not in snapshot")
-    elif node.captured("redfish") or node.captured("ipmi") or request.bmc.configured:
+        host = HOST.absent("not in this snapshot (it holds a kernel log only)")
+        sources.update(HOST.not_read(NOT_IN_SNAPSHOT))
+    elif BMC.captured(node) or request.bmc.configured:
         # A BMC alone (issue 13 rule 2): the profile comes from Redfish, host and GPU checks skip.
-        host = absent_host_facts(NOT_IN_BMC_AUDIT)
-        sources["host"] = SourceStatus("host", ok=False, configured=False, error=NOT_IN_BMC_AUDIT)
+        host = HOST.absent(NOT_IN_BMC_AUDIT)
+        sources.update(HOST.not_read(NOT_IN_BMC_AUDIT))
     else:
         raise AuditError("the snapshot holds neither host nor NVML data, nor a BMC (see `captured` in meta.yaml)")
 
@@ -165,10 +168,11 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     if match_on_nvml or any(c.source in NVML_SOURCES or "nvml" in c.reads or (
             "nvml" in c.optional_reads and not _skips_source(request.skip, "nvml")) for c in checks
                             if c.id not in ALWAYS_CHECKS):
-        nvml, sources["nvml"] = node.read_nvml(request.nvml_timeout_s)
+        nvml, read = NVML.read(node, options)
+        sources.update(read)
     else:
-        nvml = Unknown("not read: no selected check needs NVML")
-        sources["nvml"] = SourceStatus("nvml", ok=False, configured=False, error="not needed by the selected checks")
+        nvml = NVML.absent("not read: no selected check needs NVML")
+        sources.update(NVML.not_read(NOT_NEEDED))
 
     store = store or ProfileStore(config.profile_dirs, config.overrides_file)
     profile = choose_profile(request, store, host, nvml)[0]
@@ -179,20 +183,19 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     if isinstance(parts, list):  # an imported snapshot: what its inputs did not give is not evidence
         host = mask_missing_parts(host, [str(p) for p in parts])
 
-    kmsg, sources["kmsg"] = read_kmsg(node)
+    kmsg, read = KMSG.read(node, options)
+    sources.update(read)
 
     bmc: BmcFacts | Unknown
-    has_bmc = request.bmc.configured or (node.snapshot is not None and (
-        node.snapshot.has("redfish") or node.snapshot.has("ipmi")))
+    has_bmc = request.bmc.configured or (node.snapshot is not None and BMC.captured(node))
     match_on_bmc = has_bmc and (identify(host, nvml).without_gpu or not (
         sources["host"].configured or sources["nvml"].configured))
     if match_on_bmc or any(c.source in BMC_SOURCES or "bmc" in c.reads for c in checks if c.id not in ALWAYS_CHECKS):
-        bmc, bmc_sources = read_bmc(node, request.bmc)
-        sources.update(bmc_sources)
+        bmc, read = BMC.read(node, options)
+        sources.update(read)
     else:
-        bmc = Unsupported("not read: no selected check needs the BMC")
-        for name in ("redfish", "ipmi"):
-            sources[name] = SourceStatus(name, ok=False, configured=False, error="not needed by the selected checks")
+        bmc = BMC.absent("not read: no selected check needs the BMC")
+        sources.update(BMC.not_read(NOT_NEEDED))
     from agent.sources.baseline import load_node_baseline
 
     baseline = load_node_baseline(node, config)

@@ -1,7 +1,7 @@
-"""Reading a node: open it (live, snapshot or simulated), read each source with its status, describe it.
+"""Opening a node (live, snapshot or simulated) and describing it: identity, node info, a snapshot's inputs.
 
-`agent.engine` judges what is read here (profile, checks, waivers -> `Report`); the daemon opens the node
-and reads its BMC through the same functions. Nothing here evaluates a check.
+Its sources are read through `agent.sources.registry` (each `Source` reads live or from the recording);
+`agent.engine` decides which to read and judges them. Nothing here evaluates a check.
 """
 
 from __future__ import annotations
@@ -9,24 +9,19 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from agent.credentials import BmcOptions
-from agent.errors import AuditError, NodewardenError, SnapshotError
-from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
+from agent.errors import NodewardenError
+from agent.facts import BmcFacts, HostFacts
 from agent.matching import Identity, identify, identify_bmc
-from agent.model import Evidence, SourceStatus, Unknown, Unsupported
+from agent.model import Evidence, Unknown
 from agent.snapshot import Snapshot, open_snapshot, simulated_path
 from agent.sources.fsroot import FsRoot, LiveFs
-from agent.sources.host import absent_host_facts, read_host_facts
-from agent.sources.kmsg import read_live_kmsg, read_recorded_kmsg
+from agent.sources.registry import BMC, HOST, NVML
+from agent.sources.source import ReadOptions
 
-T = TypeVar("T")
-RECORDING_MAX_BYTES = 32 << 20  # ipmi.json: a full SEL is a few MB
 EVIDENCE_AREAS_MAX = 200  # fact areas read back from meta.yaml `evidence` (an import writes ~30)
 EVIDENCE_REFS_MAX = 20  # inputs per area, and per finding (bundle.MAX_EVIDENCE)
 
@@ -43,7 +38,7 @@ class NodeRequest(Protocol):
 
 @dataclass
 class NodeSource:
-    """Where facts come from: the live machine or a recorded snapshot."""
+    """Where facts come from: the live machine or a recorded snapshot (read through `agent.sources.registry`)."""
 
     mode: str  # live | snapshot | simulated
     fs: FsRoot | None  # None: a snapshot without host data (e.g. an nvidia-smi import)
@@ -53,103 +48,8 @@ class NodeSource:
     def recorded(self) -> bool:
         return self.snapshot is not None
 
-    def read_kmsg(self) -> tuple[KmsgRecord, ...] | Unknown:
-        if self.snapshot is None:
-            records, _raw = read_live_kmsg()
-            return records
-        return read_recorded_kmsg(self.snapshot.kmsg_path)
-
     def captured(self, source: str) -> bool:
         return self.snapshot is None or self.snapshot.has(source)
-
-    def read_nvml(self, timeout_s: float) -> tuple[NvmlFacts | Unknown, SourceStatus]:
-        from agent.sources import nvml  # pynvml only when GPUs are read
-
-        if self.snapshot is None:
-            return nvml.probe_live_nvml(timeout_s)
-        if not self.snapshot.has("nvml"):
-            return Unknown("not in snapshot"), SourceStatus("nvml", ok=False, configured=False,
-                                                            error="not in snapshot")
-        backend = nvml.RecordedNvml.from_file(self.snapshot.path / "nvml.json")
-        facts, status = nvml.read_nvml(backend, timeout_s)
-        status.detail["recorded"] = True
-        return facts, status
-
-
-def read_bmc(node: NodeSource, options: BmcOptions, sensors_only: bool = False,
-             ) -> tuple[BmcFacts | Unknown, dict[str, SourceStatus]]:
-    """Redfish first, IPMI where Redfish is missing or has no usable sensors.
-
-    A BMC named on the command line (`--bmc`, `--ipmi`) is read live even for a
-    recorded host: the snapshot's BMC is used only when none is named.
-    `sensors_only` walks Redfish from the chassis only (the daemon's frequent poll).
-    """
-    from agent.sources import ipmi, redfish
-
-    statuses: dict[str, SourceStatus] = {}
-    redfish_facts: BmcFacts | Unknown | None = None
-    ipmi_facts: BmcFacts | Unknown | None = None
-    snap = node.snapshot
-    paths = redfish.SENSOR_START if sensors_only else (redfish.ROOT,)
-    if snap is not None and not options.configured:
-        if snap.has("redfish"):
-            redfish_facts, statuses["redfish"], _ = redfish.read_redfish(
-                lambda: redfish.RecordedRedfish(snap.path), concurrency=options.concurrency,
-                deadline_s=options.deadline_s, paths=paths)
-        if snap.has("ipmi"):
-            ipmi_facts, statuses["ipmi"] = ipmi.read_ipmi_recorded(_load_json(snap.path / "ipmi.json"))
-    else:
-        if options.url:
-            user, password = options.user or "", options.password.reveal() if options.password else ""
-            url = options.url
-            redfish_facts, statuses["redfish"], _ = redfish.read_redfish(
-                lambda: redfish.LiveRedfish(url, user, password, ca_file=options.ca_file, insecure=options.insecure,
-                                            timeout_s=options.timeout_s, concurrency=options.concurrency,
-                                            deadline_s=options.deadline_s),
-                concurrency=options.concurrency, deadline_s=options.deadline_s, insecure=options.insecure,
-                paths=paths)
-        if options.ipmi_host:
-            ipmi_facts, statuses["ipmi"], _raw = ipmi.read_ipmi_live(
-                options.ipmi_host, options.ipmi_port, options.user or "",
-                options.password.reveal() if options.password else "", timeout_s=options.deadline_s)
-    for name in ("redfish", "ipmi"):
-        if name not in statuses:
-            flag = "--bmc URL" if name == "redfish" else "--ipmi HOST"
-            statuses[name] = SourceStatus(name, ok=False, configured=False, error="not in snapshot" if (
-                snap is not None and not options.configured) else f"not configured ({flag})")
-    return merge_bmc(redfish_facts, ipmi_facts), statuses
-
-
-def merge_bmc(redfish_facts: BmcFacts | Unknown | None, ipmi_facts: BmcFacts | Unknown | None
-              ) -> BmcFacts | Unknown:
-    """Redfish's view, with IPMI's sensors where Redfish has none that report."""
-    if not isinstance(redfish_facts, BmcFacts):
-        if isinstance(ipmi_facts, BmcFacts):
-            return ipmi_facts
-        return redfish_facts or ipmi_facts or Unsupported("no BMC configured")
-    if not isinstance(ipmi_facts, BmcFacts):
-        return redfish_facts
-    merged = redfish_facts
-    for part in ("temperatures", "fans", "psus"):
-        ours = getattr(redfish_facts, part)
-        # Old Redfish services list every sensor as Absent (often with 0 readings).
-        usable = not isinstance(ours, Unknown) and any(getattr(item, "state", None) != "Absent" for item in ours)
-        if not usable and not isinstance(getattr(ipmi_facts, part), Unknown):
-            merged = merged._replace(**{part: getattr(ipmi_facts, part)})
-    if isinstance(merged.events, Unknown) and not isinstance(ipmi_facts.events, Unknown):
-        merged = merged._replace(events=ipmi_facts.events)
-    return merged
-
-
-def _load_json(path: Path) -> Any:
-    from agent.jsonfile import JsonInputError, load_json_file
-
-    try:
-        return load_json_file(path, max_bytes=RECORDING_MAX_BYTES)
-    except JsonInputError:
-        raise
-    except OSError as exc:
-        raise SnapshotError(f"unreadable: {exc}", path=str(path)) from None
 
 
 def open_node(request: NodeRequest) -> NodeSource:
@@ -173,42 +73,15 @@ def open_node(request: NodeRequest) -> NodeSource:
 
 def node_identity(node: NodeSource, nvml_timeout_s: float = 10.0) -> Identity:
     """What profile matching sees: PCI ids and DMI, or NVML's GPUs without host data."""
+    options = ReadOptions(nvml_timeout_s=nvml_timeout_s)
     if node.fs is not None:
-        return identify(read_host_facts(node.fs))
+        return identify(HOST.read(node, options)[0])
     if not node.captured("nvml") and (node.captured("redfish") or node.captured("ipmi")):
-        bmc, _statuses = read_bmc(node, BmcOptions())  # a BMC-only snapshot: match on what Redfish says
+        bmc, _statuses = BMC.read(node, options)  # a BMC-only snapshot: match on what Redfish says
         if isinstance(bmc, BmcFacts):
             return identify_bmc(bmc)
-    nvml, _status = node.read_nvml(nvml_timeout_s)
-    return identify(absent_host_facts("not in this snapshot"), nvml)
-
-
-def _timed(name: str, func: Callable[[], T]) -> tuple[T, SourceStatus]:
-    start = time.monotonic()
-    value = func()
-    return value, SourceStatus(name, ok=True, duration_s=time.monotonic() - start)
-
-
-def read_host(node: NodeSource) -> tuple[HostFacts, SourceStatus]:
-    fs = node.fs
-    assert fs is not None
-    try:
-        return _timed("host", lambda: read_host_facts(fs))
-    except NodewardenError:
-        raise
-    except OSError as exc:  # the parsers catch per-file errors; this is the root itself
-        raise AuditError(f"cannot read the host ({fs.description}): {exc}") from exc
-
-
-def read_kmsg(node: NodeSource) -> tuple[tuple[KmsgRecord, ...] | Unknown, SourceStatus]:
-    """The kernel log, timed: drained live, or the snapshot's kmsg.txt (none recorded: unsupported)."""
-    if not node.captured("kmsg"):
-        return Unsupported("the snapshot holds no kernel log"), SourceStatus(
-            "kmsg", ok=False, configured=False, error="not in snapshot")
-    kmsg, status = _timed("kmsg", node.read_kmsg)
-    if isinstance(kmsg, Unknown):
-        status.ok, status.error = False, kmsg.reason
-    return kmsg, status
+    nvml, _status = NVML.read(node, options)
+    return identify(HOST.absent("not in this snapshot"), nvml)
 
 
 def node_info(host: HostFacts, node: NodeSource) -> dict[str, Any]:

@@ -13,7 +13,6 @@ so an interrupted capture never leaves a half-written snapshot behind.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import re
@@ -25,20 +24,18 @@ from typing import Any
 from agent import __version__
 from agent.errors import SnapshotError
 from agent.profiles import data_dir
-from agent.sources.fsroot import LiveFs, RecordingFs, SnapshotFs
-from agent.sources.host import read_host_facts
-from agent.sources.kmsg import KMSG_DEVICE, read_live_kmsg
+from agent.sources.fsroot import LiveFs
+from agent.sources.fsroot_snapshot import SnapshotFs
+from agent.sources.kmsg import KMSG_DEVICE
+from agent.sources.local_sources import CAPTURE_SYSCTLS
+from agent.sources.registry import SOURCES
+from agent.sources.source import CaptureOptions, Recording
 from agent.yamlfile import load_yaml_file
 
 log = logging.getLogger("nodewarden.snapshot")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 # Read on capture besides the profiles' own keys: what support engineers ask for.
-CAPTURE_SYSCTLS = (
-    "vm.swappiness", "vm.max_map_count", "vm.overcommit_memory", "kernel.pid_max",
-    "net.core.somaxconn", "net.core.netdev_max_backlog", "net.core.rmem_default",
-    "net.core.wmem_default", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "fs.file-max",
-)
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,7 @@ def simulated_path(name: str) -> Path:
 
 
 # What a snapshot holds at its top: each must be itself, never a symlink out of the folder.
+__all__ = ["CAPTURE_SYSCTLS", "Snapshot", "capture_live", "copy_snapshot", "open_snapshot"]
 _RECORDED = ("meta.yaml", "fs", "fs_links.json", "fs_errors.json", "kmsg.txt", "nvml.json", "ipmi.json", "redfish")
 _DIR_ENTRIES = ("fs", "redfish")
 META_MAX_BYTES = 1 << 20  # meta.yaml holds a few lines
@@ -156,108 +154,29 @@ def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> 
     (path / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
 
 
-def _capture_nvml(tmp: Path, backend: Any) -> str | None:
-    """Record every NVML answer into nvml.json; None on success, else why not."""
-    from agent.sources import nvml
-
-    if backend is None:
-        try:
-            backend = nvml.load_live_nvml()
-        except ImportError as exc:
-            return f"nvml not captured: pynvml is not installed ({exc})"
-    recorder = nvml.RecordingNvml(backend)
-    _facts, status = nvml.read_nvml(recorder)
-    if not status.ok and not recorder.devices:
-        return f"nvml not captured: {status.error}"
-    (tmp / "nvml.json").write_text(json.dumps(recorder.to_json(), indent=1, sort_keys=True), encoding="utf-8")
-    return None
-
-
-def _capture_bmc(tmp: Path, options: Any) -> tuple[list[str], list[str]]:
-    """Record what the BMC answered: the Redfish tree (mockup layout) and/or ipmi.json."""
-    captured: list[str] = []
-    notes: list[str] = []
-    if options.url:
-        from agent.sources import redfish
-
-        password = options.password.reveal() if options.password else ""
-        recorders: list[redfish.RecordingRedfish] = []
-
-        def make() -> redfish.RecordingRedfish:
-            recorders.append(redfish.RecordingRedfish(redfish.LiveRedfish(
-                options.url, options.user or "", password, ca_file=options.ca_file, insecure=options.insecure,
-                timeout_s=options.timeout_s, concurrency=options.concurrency, deadline_s=options.deadline_s)))
-            return recorders[-1]
-
-        _facts, status, _transport = redfish.read_redfish(make, concurrency=options.concurrency,
-                                                          deadline_s=options.deadline_s, insecure=options.insecure)
-        if recorders and recorders[-1].answers:
-            recorders[-1].write(tmp)
-            captured.append("redfish")
-        if not status.ok:
-            notes.append(f"redfish: {status.error}")
-    if options.ipmi_host:
-        from agent.sources import ipmi
-
-        password = options.password.reveal() if options.password else ""
-        _facts, status, raw = ipmi.read_ipmi_live(options.ipmi_host, options.ipmi_port, options.user or "",
-                                                  password, timeout_s=options.deadline_s)
-        if raw:
-            (tmp / "ipmi.json").write_text(json.dumps(raw, indent=1, sort_keys=True, default=str), encoding="utf-8")
-            captured.append("ipmi")
-        if not status.ok:
-            notes.append(f"ipmi: {status.error}")
-    return captured, notes
-
-
 def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
                  kmsg_device: str = KMSG_DEVICE, nvml_backend: Any = None, bmc: Any = None) -> list[str]:
-    """Record this node's host files, kernel log and NVML answers into `out`.
+    """Record this node into `out`: every source of the registry records what it reads (host files,
+    kernel log, NVML answers, the BMC when one is configured).
 
     `root`, `kmsg_device` and `nvml_backend` exist for tests, which capture a
     fake root and a replayed NVML.
     """
     import shutil
 
+    options = CaptureOptions(sysctl_keys=tuple(sysctl_keys), bmc=bmc, root=root, kmsg_device=kmsg_device,
+                             nvml_backend=nvml_backend)
     tmp = _prepare_out(out)
     try:
-        recorder = RecordingFs(root or LiveFs("/"))
-        facts = read_host_facts(recorder, [*sysctl_keys, *CAPTURE_SYSCTLS])
-        fs_dir = tmp / "fs"
-        fs_dir.mkdir()
-        for rel in sorted(recorder.dirs):
-            (fs_dir / rel).mkdir(parents=True, exist_ok=True)
-        for rel, data in sorted(recorder.files.items()):
-            target = fs_dir / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        (tmp / SnapshotFs.LINKS_FILE).write_text(json.dumps(recorder.links, indent=1, sort_keys=True))
-        if recorder.errors:
-            (tmp / SnapshotFs.ERRORS_FILE).write_text(json.dumps(recorder.errors, indent=1, sort_keys=True))
-        captured = ["host"]
-        records, raw = read_live_kmsg(kmsg_device)
-        if not isinstance(records, tuple) and not raw:
-            notes = [f"kmsg not captured: {records.reason}"]
-        else:
-            (tmp / "kmsg.txt").write_text("\n".join(raw) + ("\n" if raw else ""), encoding="utf-8")
-            captured.append("kmsg")
-            notes = []
-        nvml_note = _capture_nvml(tmp, nvml_backend)
-        if nvml_note is None:
-            captured.append("nvml")
-        else:
-            notes.append(nvml_note)
-        if bmc is not None and bmc.configured:
-            bmc_captured, bmc_notes = _capture_bmc(tmp, bmc)
-            captured += bmc_captured
-            notes += bmc_notes
-        hostname = facts.hostname if isinstance(facts.hostname, str) else "unknown"
-        write_meta(tmp, hostname, captured, notes=notes)
+        done = Recording()
+        for source in SOURCES:
+            source.record(tmp, options, done)
+        write_meta(tmp, done.hostname or "unknown", done.captured, notes=done.notes)
         _finish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return captured
+    return done.captured
 
 
 def copy_snapshot(source: Snapshot, out: Path) -> list[str]:

@@ -27,7 +27,8 @@ from _timing import REPO, bin_path, report, time_commands, warm_bytecode
 sys.path.insert(0, str(REPO))
 
 from agent.sources.fabric import FM_LOG_TAIL_BYTES, read_fm_log
-from agent.sources.fsroot import LiveFs, SnapshotFs
+from agent.sources.fsroot import LiveFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 
 NODE = "hgx-h100-drifted"
 LINE = b"[Nov 18 2026 10:00:00] [INFO] [tid 1808] successfully setup multicast team for request id 357953574276.\n"

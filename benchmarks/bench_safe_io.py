@@ -49,7 +49,8 @@ from agent.config import load_config
 from agent.engine import AuditRequest, run_audit
 from agent.fsutil import write_output
 from agent.report import render
-from agent.sources.fsroot import MAX_FILE_BYTES, SnapshotFs
+from agent.sources.fsroot import MAX_FILE_BYTES
+from agent.sources.fsroot_snapshot import SnapshotFs
 
 NODE = "hgx-h100-drifted"
 

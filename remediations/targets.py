@@ -16,7 +16,8 @@ from agent.credentials import BmcOptions
 from agent.errors import SnapshotError
 from agent.fsutil import fsync_dir, remove_temp_files, replace_file
 from agent.sources.deadline import call_with_deadline
-from agent.sources.fsroot import FsRoot, LiveFs, SnapshotFs, checked_write_path
+from agent.sources.fsroot import FsRoot, LiveFs
+from agent.sources.fsroot_snapshot import SnapshotFs, checked_write_path
 from agent.sources.nvml import RecordedNvml, load_live_nvml
 from agent.sources.redfish import LiveRedfish, PatchResult, RecordedRedfish, RedfishError, valid_path
 

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.facts import CpuFacts, HostFacts, IdleState, NetInterface, NodeFacts, PciFunction, ProfileMatch
-from agent.model import SourceStatus, Unknown, Unsupported
+from agent.facts import (
+    BmcFacts,
+    CpuFacts,
+    HostFacts,
+    IdleState,
+    NetInterface,
+    NodeFacts,
+    NvmlFacts,
+    PciFunction,
+    ProfileMatch,
+)
+from agent.model import Finding, SourceStatus, Unknown, Unsupported
 from agent.profiles import Profile, ProfileFile, build
+from agent.sources.fsroot import LiveFs
 from agent.yamlfile import LineMap
 
 
@@ -177,3 +192,65 @@ def plant_firmware_inventory(snap: Path, images: dict[str, tuple[str, str]], pro
         edit_resource(snap, f"{inventory}/{ident}", **{
             "@odata.id": f"/{inventory}/{ident}", "Id": ident, "@odata.type": "#SoftwareInventory.v1_4_0.SoftwareInventory",
             "Name": name or ident, "Version": version, "RelatedItem": [{"@odata.id": f"/{processors}/{gpu}"}]})
+
+
+# --- fake roots for the host parsers (tests/test_host_parsers*.py) --------------------------------------
+
+Content = str | bytes
+
+
+def make_root(tmp_path: Path, files: dict[str, Content], links: dict[str, str] | None = None) -> LiveFs:
+    """A fake root: {relative path: content} ('/' at the end: empty dir) plus real symlinks."""
+    root = tmp_path / "root"
+    root.mkdir(exist_ok=True)
+    write_tree(root, files)
+    for rel, dest in (links or {}).items():
+        link = root / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(dest, link)
+    return LiveFs(str(root))
+
+
+# --- BMC facts judged by the BMC checks (tests/test_bmc_evidence*.py) -----------------------------------
+
+NOW = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.timezone.utc)
+
+
+def node_of(bmc: BmcFacts | Unknown, status: SourceStatus | None = None, now: dt.datetime | None = NOW) -> NodeFacts:
+    facts = nvml_node()
+    facts.bmc = bmc
+    facts.sources["redfish"] = status or SourceStatus("redfish", ok=True, detail={"requests": 1})
+    facts.observed_at = now
+    return facts
+
+
+def by_subject(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.subject: f for f in findings}
+
+
+def parse_resources(resources: dict[str, Any]) -> BmcFacts:
+    from agent.sources.redfish import RecordedRedfish, Walk, parse_bmc
+
+    walk = Walk(RecordedRedfish(Path("/nonexistent")))
+    walk.resources = {"/redfish/v1": {"RedfishVersion": "1.15.0", "Vendor": "Test"}, **resources}
+    return parse_bmc(walk)
+
+
+# --- nvidia-smi dumps (fixtures/nvidia-smi, tests/test_import_nvidia_smi*.py) ---------------------------
+
+NVIDIA_SMI_DUMPS = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+
+
+@functools.cache
+def text_of(rel: str) -> str:
+    return (NVIDIA_SMI_DUMPS / rel).read_text(encoding="utf-8")
+
+
+def replay(document: dict[str, Any]) -> NvmlFacts:
+    """Through a JSON round trip, exactly as the audit reads nvml.json."""
+    from agent.sources.nvml import RecordedNvml, read_nvml
+
+    facts, status = read_nvml(RecordedNvml(json.loads(json.dumps(document))), initialized=True)
+    assert status.ok, status.error
+    assert isinstance(facts, NvmlFacts)
+    return facts

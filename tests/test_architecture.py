@@ -147,3 +147,24 @@ def test_every_change_type_has_one_kind() -> None:
 
     assert sorted(t.__name__ for t in typing.get_args(Change)) == sorted(k.change_type.__name__ for k in KINDS)
     assert len({k.name for k in KINDS}) == len(KINDS)
+
+
+MAX_MODULE_LINES = 600  # issue 16, item 6: split a module along its seams before it grows past this
+
+
+def long_modules(base: Path, folders: tuple[str, ...], limit: int = MAX_MODULE_LINES) -> list[str]:
+    found = []
+    for folder in folders:
+        for path in sorted((base / folder).rglob("*.py")):
+            lines = path.read_bytes().count(b"\n")
+            if lines > limit:
+                found.append(f"{path.relative_to(base)}: {lines} lines")
+    return found
+
+
+def test_no_module_over_600_lines(tmp_path: Path) -> None:
+    assert long_modules(REPO, (*PACKAGES, "tests", "benchmarks", "fixtures/tools")) == []
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "big.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (tmp_path / "pkg" / "fine.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert long_modules(tmp_path, ("pkg",)) == [f"pkg/big.py: {MAX_MODULE_LINES + 1} lines"]

@@ -43,7 +43,7 @@ from agent.facts import FabricFacts, NodeFacts
 from agent.model import Unsupported
 from agent.profiles import ProfileStore
 from agent.sources.fabric import read_fm_log
-from agent.sources.fsroot import SnapshotFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.host import absent_host_facts
 from checks.fabric import SXID
 

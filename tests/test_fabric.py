@@ -28,7 +28,9 @@ from agent.sources.fabric import (
     read_manager,
     read_tail,
 )
-from agent.sources.fsroot import LiveFs, RecordingFs, SnapshotFs
+from agent.sources.fsroot import LiveFs
+from agent.sources.fsroot_recording import RecordingFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.kmsg import parse_kmsg_line
 from checks.fabric import MANAGER, NVSWITCH_COUNT, SXID
 from tests.factories import exp, host, node, profile

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from agent.sources import openat2
-from agent.sources.fsroot import MAX_FILE_BYTES, RefusedEntry, SnapshotFs
+from agent.sources.fsroot import MAX_FILE_BYTES
+from agent.sources.fsroot_snapshot import RefusedEntry, SnapshotFs
 from tests.test_fsroot import SYSFS_LINKS, make_snapshot
 
 SECRET = "not-for-the-auditor"

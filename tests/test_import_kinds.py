@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.sources.fsroot import SnapshotFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.rdma import rate_gbps, read_rdma_devices
 from tests.conftest import REPO, RunCli
 

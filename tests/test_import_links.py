@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.sources.fsroot import SnapshotFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 from tests.conftest import REPO, RunCli
 
 SECRET = "nodewarden-secret-6d1f0c2b9a"  # planted outside every input: must never reach a snapshot or a report

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from agent.sources.fsroot import SnapshotFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.host import read_interfaces, read_modules
 from tests.conftest import REPO, RunCli
 

@@ -12,7 +12,8 @@ import pytest
 
 from agent.facts import AcsControl, IommuFacts, PciFunction, RdmaDevice, RdmaPort
 from agent.model import Status, Unknown
-from agent.sources.fsroot import LiveFs, SnapshotFs
+from agent.sources.fsroot import LiveFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.pcie import (
     ConfigSpaceError,
     find_ext_capability,

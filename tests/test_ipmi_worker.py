@@ -26,9 +26,11 @@ from agent.credentials import BmcOptions, Secret
 from agent.daemon import PollResult, SourcePoller
 from agent.facts import BmcFacts
 from agent.model import SourceStatus, Unknown
-from agent.node import NodeSource, read_bmc
+from agent.node import NodeSource
 from agent.sources import ipmi_live
 from agent.sources.ipmi import read_ipmi_live
+from agent.sources.registry import BMC
+from agent.sources.source import ReadOptions
 from tests.peers.ipmi_sim import IpmiSim, ipmi_sim_fixture
 
 __all__ = ["ipmi_sim_fixture"]
@@ -284,7 +286,7 @@ def test_the_reader_imports_no_more_of_the_agent_than_it_needs() -> None:
 
 
 def poll_twice(options: BmcOptions, poll_timeout_s: float) -> list[PollResult]:
-    """The daemon's BMC sensor poller (SourcePoller over node.read_bmc), run for two polls in a row."""
+    """The daemon's BMC sensor poller (SourcePoller over the BMC source), run for two polls in a row."""
     node = NodeSource("live", None)
     stop = threading.Event()
     results: list[PollResult] = []
@@ -294,7 +296,7 @@ def poll_twice(options: BmcOptions, poll_timeout_s: float) -> list[PollResult]:
         if len(results) >= 2:
             stop.set()
 
-    poller = SourcePoller("bmc_sensors", lambda: read_bmc(node, options, sensors_only=True), ("ipmi",),
+    poller = SourcePoller("bmc_sensors", lambda: BMC.read(node, ReadOptions(bmc=options, sensors_only=True)), ("ipmi",),
                           lambda: 0.0, lambda: poll_timeout_s, on_result, stop)
     poller.start()
     poller.thread.join(timeout=4 * poll_timeout_s)

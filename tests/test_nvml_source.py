@@ -53,16 +53,17 @@ def test_a_hung_call_becomes_unknown_within_the_deadline() -> None:
 
 def test_hung_nvml_in_an_audit_reports_and_finishes(run_cli: RunCli, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent import node
+    from agent.sources.local_sources import NvmlSource
 
     backend = Hanging(recording(), "nvmlDeviceGetEccMode", gpu=0)
 
-    def hanging_read(self: Any, timeout_s: float) -> Any:
+    def hanging_read(self: Any, node: Any, snap: Any, options: Any) -> Any:
         from agent.sources import nvml
 
-        return nvml.read_nvml(backend, 0.3)
+        facts, status = nvml.read_nvml(backend, 0.3)
+        return facts, {"nvml": status}
 
-    monkeypatch.setattr(node.NodeSource, "read_nvml", hanging_read)
+    monkeypatch.setattr(NvmlSource, "read_recorded", hanging_read)
     result = run_cli("audit", "--simulate", "hgx-h100-healthy", "--format", "json")
     backend.release.set()
     report = result.json()

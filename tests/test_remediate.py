@@ -19,7 +19,7 @@ import pytest
 
 from agent.journal import LockHeld, StateDir
 from agent.remediate import target_lock
-from agent.sources.fsroot import SnapshotFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 from remediations.sysctl import set_conf_key
 from remediations.targets import SnapshotTarget
 from tests.conftest import RunCli

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agent.sources.fsroot import SnapshotFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 from tests.conftest import RunCli
 
 REPO = Path(__file__).resolve().parents[1]

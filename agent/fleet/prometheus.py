@@ -17,7 +17,7 @@ import urllib.request
 from collections import Counter, defaultdict
 from typing import Any
 
-from agent.fleet import BASELINE_CHECK, FindingRow, FleetInputError, NodeSummary
+from agent.fleet.records import BASELINE_CHECK, FindingRow, FleetInputError, NodeSummary
 from agent.jsonfile import load_json_bytes
 
 MAX_ANSWER_BYTES = 1 << 30  # one instant query over 20,000 nodes' check series is ~1 GB at worst

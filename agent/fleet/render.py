@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from agent.sanitise import clean, clean_value, csv_row, md_cell
 
-if TYPE_CHECKING:  # the renderers take agent.fleet's records; agent.fleet calls csv_rows in its workers
-    from agent.fleet import FleetReader, NodeRecord, NodeSummary
+if TYPE_CHECKING:  # the renderers take agent.fleet's records; agent.fleet.reading calls csv_rows in its workers
+    from agent.fleet.reading import FleetReader
+    from agent.fleet.records import NodeRecord, NodeSummary
 
 TABLE_LIMIT = 200  # rows per table in HTML/Markdown; the JSON has everything
 

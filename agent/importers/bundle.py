@@ -14,9 +14,8 @@ snapshot: the audit says "not in this snapshot", never fails on it.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -34,6 +33,8 @@ from agent.importers.base import (
     run_importer,
 )
 from agent.importers.inputs import STREAM_ABOVE, Budget, Content, Entry, Reader
+from agent.sources.bmc_source import IPMI_FILE
+from agent.sources.local_sources import KMSG_FILE, LINKS_FILE, NVML_FILE, json_recording, kmsg_recording
 
 
 def importers() -> list[Importer]:
@@ -148,12 +149,6 @@ def put_file(root: Path, rel: str, data: bytes | Iterable[bytes]) -> None:
         os.close(fd)
 
 
-def _lines_in_parts(lines: list[str], per_part: int = 8192) -> Iterator[bytes]:
-    """kmsg.txt in parts of `per_part` lines: a full kernel log is never one more copy in memory."""
-    for start in range(0, len(lines), per_part):
-        yield ("\n".join(lines[start:start + per_part]) + "\n").encode("utf-8", "surrogateescape")
-
-
 def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
     import yaml
 
@@ -165,13 +160,14 @@ def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
             (tmp / "fs" / rel).mkdir(parents=True, exist_ok=True, mode=0o755)
         for link in builder.links:  # a recorded link's folder must exist for listings
             (tmp / "fs" / os.path.dirname(link)).mkdir(parents=True, exist_ok=True, mode=0o755)
-        put_file(tmp, "fs_links.json", (json.dumps(builder.links, indent=1, sort_keys=True) + "\n").encode())
+        put_file(tmp, LINKS_FILE, json_recording(builder.links))
+    # The recording files as each source's own capture writes them (agent.sources.registry).
     if builder.kmsg:
-        put_file(tmp, "kmsg.txt", _lines_in_parts(builder.kmsg))
+        put_file(tmp, KMSG_FILE, kmsg_recording(builder.kmsg))
     if builder.nvml is not None:
-        put_file(tmp, "nvml.json", (json.dumps(builder.nvml, indent=1, sort_keys=True) + "\n").encode())
+        put_file(tmp, NVML_FILE, json_recording(builder.nvml))
     if builder.ipmi:
-        put_file(tmp, "ipmi.json", (json.dumps(_ipmi_document(builder.ipmi), indent=1, sort_keys=True) + "\n").encode())
+        put_file(tmp, IPMI_FILE, json_recording(_ipmi_document(builder.ipmi)))
     for rel, body in sorted(builder.redfish.items()):
         put_file(tmp, rel, body)
     meta: dict[str, Any] = {

@@ -41,155 +41,69 @@ holds as before. A cap reached or corrupt data met while an importer reads is an
 `InputError` to it; the Reader records it as it records it for an entry read
 whole (on the archive for a compressed file or tar member). Archives inside
 archives are still read whole (bounded by `MAX_MEMBER`).
+
+The parts: `input_entries` (`Entry`, the name and link rules), `input_streams` (the caps, archive
+kinds, counted streams and `Content`), and here the `Reader` that walks folders and archives; the
+names callers use are importable from here too.
 """
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import hashlib
 import io
-import lzma
 import os
 import stat
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO
 
-from agent.importers.base import HEAD_BYTES, InputError
+from agent.importers.input_entries import MAX_LINK_TARGET, Entry, link_entry, link_target_problem, unsafe_name
+from agent.importers.input_streams import (
+    CHUNK_BYTES,
+    CORRUPT_ERRORS,
+    DECOMPRESSORS,
+    MAX_MEMBER,
+    MAX_MEMBERS,
+    MAX_TOTAL,
+    Budget,
+    Content,
+    CountedStream,
+    LimitReached,
+    container_kind,
+    error_text,
+    failure_text,
+    read_all,
+    read_upto,
+    sha256_hex,
+    size_text,
+)
 
-MAX_TOTAL = 2 << 30  # uncompressed bytes over all inputs
-MAX_MEMBERS = 100_000
-MAX_MEMBER = 512 << 20
+__all__ = [  # what callers import from here: the Reader and what it reads into
+    "MAX_FOLDER_DEPTH",
+    "MAX_LINK_TARGET",
+    "MAX_MEMBER",
+    "MAX_MEMBERS",
+    "MAX_NESTING",
+    "MAX_TOTAL",
+    "STREAM_ABOVE",
+    "Budget",
+    "Content",
+    "Entry",
+    "LimitReached",
+    "Reader",
+    "container_kind",
+    "link_entry",
+    "link_target_problem",
+    "unsafe_name",
+]
+
 MAX_NESTING = 3  # tar.gz inside a zip inside a folder: enough for any support bundle
 MAX_FOLDER_DEPTH = 32
-MAX_LINK_TARGET = 4095  # bytes: PATH_MAX less its NUL; a sysfs link's target is a few hundred
 STREAM_ABOVE = 8 << 20  # bytes: a larger file is streamed to its importer (Reader(stream_above=...))
-_CHUNK = 1 << 20
 _TAR_HEAD = 512
-
-
-class LimitReached(Exception):
-    """A cap was reached: the message says which; the rest of this input is not read."""
-
-
-@dataclass
-class Entry:
-    """One input or archive member, as meta.yaml records it."""
-
-    name: str
-    size: int | None = None
-    sha256: str | None = None
-    kind: str | None = None  # a container's kind ("tar.gz archive", "folder") or the importer's, set later
-    error: str | None = None
-    contributed: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    data: bytes | None = field(default=None, repr=False)  # a file's content, None for containers and refusals
-    content: Content | None = field(default=None, repr=False)  # instead of `data`: a large file, streamed
-    forced: str | None = None  # --as KIND
-    link: str | None = None  # a symlink's target text (never followed); `kind` "symlink" until an importer takes it
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "size": self.size, "sha256": self.sha256, "kind": self.kind}
-        if self.link is not None:
-            out["link"] = self.link
-        if self.error:
-            out["error"] = self.error
-        out["contributed"] = self.contributed
-        if self.skipped:
-            out["skipped"] = self.skipped
-        return out
-
-
-@dataclass
-class Budget:
-    total: int = MAX_TOTAL
-    members: int = MAX_MEMBERS
-    member: int = MAX_MEMBER
-    used: int = 0
-    count: int = 0
-
-    def take(self, nbytes: int) -> None:
-        self.used += nbytes
-        if self.used > self.total:
-            raise LimitReached(f"more than {_size(self.total)} uncompressed over all inputs: the rest is not read")
-
-    def one_more(self) -> None:
-        self.count += 1
-        if self.count > self.members:
-            raise LimitReached(f"more than {self.members} files over all inputs: the rest is not read")
-
-
-def _size(nbytes: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
-            return f"{nbytes >> shift} {unit}"
-    return f"{nbytes} bytes"
-
-
-_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x1f\x8b", "gz"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bz2"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"),
-)
-_OPENERS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {  # closed with the stream they wrap
-    "gz": lambda f: cast("IO[bytes]", gzip.GzipFile(fileobj=f, mode="rb")),
-    "xz": lambda f: lzma.LZMAFile(f, mode="rb"),  # noqa: SIM115
-    "bz2": lambda f: bz2.BZ2File(f, mode="rb"),
-}
-_CORRUPT = (OSError, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError, zipfile.BadZipFile, ValueError)
-
-
-def container_kind(head: bytes) -> str | None:
-    """"gz", "xz", "bz2", "zip" or "tar" from the first bytes; None for anything else."""
-    for magic, kind in _MAGIC:
-        if head.startswith(magic):
-            return kind
-    if len(head) >= 262 and head[257:262] == b"ustar":
-        return "tar"
-    return None
-
-
-def unsafe_name(name: str) -> str | None:
-    """Why an archive member's name is refused, or None."""
-    if not name or "\x00" in name or any(ord(c) < 32 for c in name):
-        return "a name with control characters"
-    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        return "an absolute path"
-    if ".." in name.replace("\\", "/").split("/"):
-        return "a path with '..' (it would point outside the archive)"
-    return None
-
-
-def link_target_problem(target: str) -> str | None:
-    """Why a symlink's target text is refused (it is only ever recorded, never followed), or None."""
-    try:
-        size = len(target.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "a target that is not UTF-8"
-    if not target:
-        return "an empty target"
-    if size > MAX_LINK_TARGET:
-        return f"a target longer than {MAX_LINK_TARGET} bytes"
-    if any(ord(c) < 32 or ord(c) == 127 for c in target):
-        return "a target with control characters"
-    return None
-
-
-def link_entry(shown: str, target: str, *, in_folder: bool) -> Entry:
-    """A symlink as an entry: its target's text only. Until an importer takes it, an archive's link is an
-    error and a folder's a note, as every link was before links were recorded."""
-    why = link_target_problem(target)
-    if why is not None:
-        text = f"a symlink with {why}: not recorded, not followed"
-        return Entry(shown, kind="symlink", skipped=[text]) if in_folder else Entry(shown, error=f"refused: {text}")
-    note = f"a symlink (to {target[:120]!r}): not followed"
-    if in_folder:
-        return Entry(shown, kind="symlink", link=target,
-                     skipped=[f"{note}; not used (only a sysfs tree or a sos report records its links)"])
-    return Entry(shown, kind="symlink", link=target, error=f"refused: {note}")
 
 
 def _unpadded(data: bytes, declared: int) -> bytes:
@@ -198,138 +112,6 @@ def _unpadded(data: bytes, declared: int) -> bytes:
         return data
     text = data.rstrip(b"\x00")
     return data if b"\x00" in text else text
-
-
-class _Counted(io.RawIOBase):
-    """A decompressed stream that counts into the budget and stops at `limit` bytes, with bytes pushed back."""
-
-    def __init__(self, inner: IO[bytes], budget: Budget, limit: int, what: str) -> None:
-        self.inner, self.budget, self.limit, self.what = inner, budget, limit, what
-        self.read_so_far = 0
-        self.pushed = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        if self.pushed:
-            n = min(len(view), len(self.pushed))
-            view[:n] = self.pushed[:n]
-            self.pushed = self.pushed[n:]
-            return n
-        chunk = self.inner.read(min(len(view), _CHUNK))
-        if not chunk:
-            return 0
-        self.read_so_far += len(chunk)
-        if self.read_so_far > self.limit:
-            raise LimitReached(f"{self.what}: more than {_size(self.limit)} uncompressed: refused (not read further)")
-        self.budget.take(len(chunk))
-        view[:len(chunk)] = chunk
-        return len(chunk)
-
-    def head(self, nbytes: int) -> bytes:
-        got = b""
-        while len(got) < nbytes:
-            more = self.read(nbytes - len(got))
-            if not more:
-                break
-            got += more
-        self.pushed = got + self.pushed
-        return got
-
-
-class Content(io.RawIOBase):
-    """A large file's content, read once and in order by its importer: counted, hashed and capped as it goes.
-
-    `head` is its first HEAD_BYTES (what kind detection sees). A cap reached or a corrupt stream
-    underneath is raised to the importer as InputError and kept in `failure` for the Reader.
-    """
-
-    def __init__(self, prefix: bytes, rest: IO[bytes] | io.RawIOBase, *, limit: int, what: str,
-                 budget: Budget | None = None, expected: int | None = None) -> None:
-        super().__init__()
-        self.head = prefix[:HEAD_BYTES]
-        self._prefix: bytes | memoryview = prefix
-        self._rest, self._budget, self.limit, self.what, self.expected = rest, budget, limit, what, expected
-        self.size = len(prefix)
-        self._digest = hashlib.sha256(prefix)
-        self.failure: BaseException | None = None
-        self._ended = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._prefix:
-            n = min(len(view), len(self._prefix))
-            view[:n] = self._prefix[:n]
-            self._prefix = memoryview(self._prefix)[n:] if n < len(self._prefix) else b""
-            return n
-        if self.failure is not None:
-            raise InputError(_failure_text(self.failure))
-        if self._ended:
-            return 0
-        try:
-            chunk = self._rest.read(min(len(view), _CHUNK))
-            if not chunk:
-                self._ended = True
-                if self.expected is not None and self.size != self.expected:
-                    raise EOFError(f"{self.what}: truncated")
-                return 0
-            self.size += len(chunk)
-            if self.size > self.limit:
-                raise LimitReached(f"{self.what}: more than {_size(self.limit)}: refused (not read further)")
-            if self._budget is not None:
-                self._budget.take(len(chunk))
-        except (LimitReached, *_CORRUPT) as exc:
-            self.failure = exc
-            raise InputError(_failure_text(exc)) from None
-        self._digest.update(chunk)
-        view[:len(chunk)] = chunk
-        return len(chunk)
-
-    def finish(self) -> str:
-        """Read what the importer left (counted, hashed); the whole content's sha256, or the failure raised."""
-        self._prefix = b""
-        while not self._ended and self.failure is None:
-            try:
-                self.readinto(bytearray(_CHUNK))
-            except InputError:
-                break
-        if self.failure is not None:
-            raise self.failure
-        return self._digest.hexdigest()
-
-
-def _failure_text(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, LimitReached) else f"corrupt or truncated: {_why(exc)}"
-
-
-def _read_upto(stream: IO[bytes] | io.RawIOBase, nbytes: int) -> bytes:
-    """Up to `nbytes` (fewer only at the end of the stream)."""
-    chunks: list[bytes] = []
-    total = 0
-    while total < nbytes and (chunk := stream.read(min(_CHUNK, nbytes - total))):
-        chunks.append(chunk)
-        total += len(chunk)
-    return b"".join(chunks)
-
-
-def _read_all(stream: IO[bytes] | io.RawIOBase, limit: int, what: str) -> bytes:
-    chunks: list[bytes] = []
-    total = 0
-    while chunk := stream.read(_CHUNK):
-        total += len(chunk)
-        if total > limit:
-            raise LimitReached(f"{what}: more than {_size(limit)}: refused (not read further)")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 class Reader:
@@ -433,13 +215,14 @@ class Reader:
 
     def _plain(self, shown: str, handle: IO[bytes], size: int) -> Iterator[Entry]:
         if size > self.budget.member:
-            yield Entry(shown, size=size, error=f"{_size(size)} or more: larger than the {_size(self.budget.member)} "
-                                                "one input may hold: refused (not read)")
+            yield Entry(shown, size=size, error=f"{size_text(size)} or more: larger than the "
+                                                f"{size_text(self.budget.member)} one input may hold: "
+                                                "refused (not read)")
             return
         entry: Entry | None = None
         try:
             if self.stream_above is not None and size > self.stream_above:
-                prefix = _read_upto(handle, self.stream_above)
+                prefix = read_upto(handle, self.stream_above)
                 self.budget.take(len(prefix))
                 content = Content(prefix, handle, limit=self.budget.member, what=shown, budget=self.budget)
                 del prefix
@@ -449,7 +232,7 @@ class Reader:
                 entry.sha256 = content.finish()
                 entry.size = content.size
                 return
-            data = _read_all(handle, self.budget.member, shown)
+            data = read_all(handle, self.budget.member, shown)
             self.budget.take(len(data))
         except LimitReached as exc:
             self.stopped = self.stopped or (str(exc) if "over all inputs" in str(exc) else None)
@@ -464,7 +247,7 @@ class Reader:
             else:
                 entry.error = entry.error or f"cannot read: {exc.strerror}"
             return
-        yield Entry(shown, size=len(data), sha256=_digest(data), data=data)
+        yield Entry(shown, size=len(data), sha256=sha256_hex(data), data=data)
 
     # --- archives ------------------------------------------------------------------------------
 
@@ -474,10 +257,10 @@ class Reader:
             if kind == "zip":
                 yield from self._zip(handle, entry, depth)
             elif kind == "tar":
-                stream = _Counted(handle, self.budget, self.budget.total, entry.name)
+                stream = CountedStream(handle, self.budget, self.budget.total, entry.name)
                 yield from self._tar(stream, entry, depth)
             else:
-                stream = _Counted(_OPENERS[kind](handle), self.budget, self.budget.total, entry.name)
+                stream = CountedStream(DECOMPRESSORS[kind](handle), self.budget, self.budget.total, entry.name)
                 head = stream.head(_TAR_HEAD + 512)
                 if container_kind(head) == "tar":
                     entry.kind = f"tar.{kind} archive"
@@ -488,10 +271,10 @@ class Reader:
             entry.error = str(exc)
             if "over all inputs" in entry.error:
                 self.stopped = entry.error
-        except _CORRUPT as exc:
-            entry.error = f"corrupt or truncated {entry.kind or kind}: {_why(exc)}"
+        except CORRUPT_ERRORS as exc:
+            entry.error = f"corrupt or truncated {entry.kind or kind}: {error_text(exc)}"
 
-    def _single(self, stream: _Counted, entry: Entry, depth: int) -> Iterator[Entry]:
+    def _single(self, stream: CountedStream, entry: Entry, depth: int) -> Iterator[Entry]:
         """A compressed single file (dmesg.gz, nvidia-bug-report.log.gz): one member, named without the suffix."""
         stream.limit = self.budget.member
         stream.what = entry.name
@@ -501,20 +284,20 @@ class Reader:
             return
         name = entry.name.rsplit(".", 1)[0] if entry.name.endswith((".gz", ".xz", ".bz2")) else entry.name
         if self.stream_above is not None:
-            prefix = _read_upto(stream, self.stream_above + 1)
+            prefix = read_upto(stream, self.stream_above + 1)
             if len(prefix) > self.stream_above:
                 yield from self._streamed(f"{name} (uncompressed)", prefix, stream, depth, None, budget=None)
                 return
             data = prefix
         else:
-            data = _read_all(stream, self.budget.member, entry.name)
+            data = read_all(stream, self.budget.member, entry.name)
         yield from self._member(f"{name} (uncompressed)", data, depth)
 
     def _streamed(self, name: str, prefix: bytes, rest: IO[bytes] | io.RawIOBase, depth: int, expected: int | None,
                   budget: Budget | None) -> Iterator[Entry]:
         """A file larger than `stream_above` whose first bytes are `prefix`: as a Content, or whole if an archive."""
         if container_kind(prefix[:_TAR_HEAD + 512]) is not None:  # an archive inside: read whole, as before
-            data = prefix + _read_all(rest, self.budget.member - len(prefix), name)
+            data = prefix + read_all(rest, self.budget.member - len(prefix), name)
             if expected is not None and len(data) != expected:
                 raise EOFError(f"{name} is truncated")
             yield from self._member(name, data, depth)
@@ -526,8 +309,8 @@ class Reader:
         entry.content = None
         try:
             entry.sha256 = content.finish()
-        except (LimitReached, *_CORRUPT) as exc:
-            entry.error = entry.error or _failure_text(exc)
+        except (LimitReached, *CORRUPT_ERRORS) as exc:
+            entry.error = entry.error or failure_text(exc)
             raise  # recorded on the archive too, as when the file was read whole
         finally:
             entry.size = content.size if expected is None else expected
@@ -535,20 +318,20 @@ class Reader:
     def _member(self, name: str, data: bytes, depth: int, text: bytes | None = None) -> Iterator[Entry]:
         kind = container_kind(data[:_TAR_HEAD + 512])
         if kind is None:
-            entry = Entry(name, size=len(data), sha256=_digest(data), data=data if text is None else text)
+            entry = Entry(name, size=len(data), sha256=sha256_hex(data), data=data if text is None else text)
             if text is not None and len(text) != len(data):
                 entry.skipped.append(f"{len(data) - len(text)} NUL byte(s) at its end: the padding tar writes for "
                                      "a file that shrank while read (sysfs files say 4096 bytes): dropped")
             yield entry
             return
-        entry = Entry(name, size=len(data), sha256=_digest(data), kind=f"{kind} archive")
+        entry = Entry(name, size=len(data), sha256=sha256_hex(data), kind=f"{kind} archive")
         yield entry
         if depth + 1 >= MAX_NESTING:
             entry.error = f"an archive nested deeper than {MAX_NESTING} levels: not opened"
             return
         yield from self._container(io.BytesIO(data), kind, entry, depth + 1)
 
-    def _tar(self, stream: _Counted, entry: Entry, depth: int) -> Iterator[Entry]:
+    def _tar(self, stream: CountedStream, entry: Entry, depth: int) -> Iterator[Entry]:
         with tarfile.open(fileobj=stream, mode="r|") as archive:  # a stream: members in order, never seeking
             for member in archive:
                 self.budget.one_more()
@@ -560,22 +343,22 @@ class Reader:
                     continue
                 why = unsafe_name(member.name) or _tar_refusal(member)
                 if why is None and member.size > self.budget.member:
-                    why = (f"declares {_size(member.size)}: larger than the {_size(self.budget.member)} "
+                    why = (f"declares {size_text(member.size)}: larger than the {size_text(self.budget.member)} "
                            "one member may hold (not read)")
                 if why is not None:
                     yield Entry(shown, size=member.size if member.isreg() else None, error=f"refused: {why}")
                     if member.isreg() and member.size > self.budget.member:
-                        raise LimitReached(f"{member.name}: declares {_size(member.size)}, more than one member "
+                        raise LimitReached(f"{member.name}: declares {size_text(member.size)}, more than one member "
                                            "may hold: the rest of this archive is not read")
                     continue
                 source = archive.extractfile(member)
                 if source is None:
                     continue
                 if self.stream_above is not None and member.size > self.stream_above:
-                    prefix = _read_upto(source, self.stream_above)
+                    prefix = read_upto(source, self.stream_above)
                     yield from self._streamed(shown, prefix, source, depth, member.size, budget=None)
                     continue
-                data = _read_all(source, self.budget.member, shown)
+                data = read_all(source, self.budget.member, shown)
                 if len(data) != member.size:
                     raise EOFError(f"{member.name} is truncated")
                 yield from self._member(shown, data, depth, _unpadded(data, member.size))
@@ -601,7 +384,7 @@ class Reader:
                 if why is None and info.flag_bits & 0x1:
                     why = "encrypted"
                 if why is None and info.file_size > self.budget.member:
-                    why = (f"declares {_size(info.file_size)}: larger than the {_size(self.budget.member)} "
+                    why = (f"declares {size_text(info.file_size)}: larger than the {size_text(self.budget.member)} "
                            "one member may hold (not read)")
                 if why is not None:
                     yield Entry(shown, size=info.file_size, error=f"refused: {why}")
@@ -611,10 +394,10 @@ class Reader:
                     continue
                 try:
                     with archive.open(info) as source:
-                        counted = _Counted(source, self.budget, self.budget.member, shown)
-                        data = _read_all(counted, self.budget.member, shown)
+                        counted = CountedStream(source, self.budget, self.budget.member, shown)
+                        data = read_all(counted, self.budget.member, shown)
                 except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
-                    yield Entry(shown, size=info.file_size, error=f"corrupt member: {_why(exc)}")
+                    yield Entry(shown, size=info.file_size, error=f"corrupt member: {error_text(exc)}")
                     continue
                 except LimitReached as exc:
                     if "over all inputs" in str(exc):
@@ -634,7 +417,7 @@ class Reader:
                 raw = source.read(MAX_LINK_TARGET + 1)
             target = raw.decode("utf-8")
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
-            return Entry(shown, size=info.file_size, error=f"corrupt member: {_why(exc)}")
+            return Entry(shown, size=info.file_size, error=f"corrupt member: {error_text(exc)}")
         except UnicodeDecodeError:
             return Entry(shown, size=info.file_size, error="refused: a symlink with a target that is not UTF-8: "
                                                            "not followed")
@@ -646,14 +429,14 @@ class Reader:
         handed = False
         try:
             with archive.open(info) as source:
-                counted = _Counted(source, self.budget, self.budget.member, shown)
-                prefix = _read_upto(counted, self.stream_above or 0)
+                counted = CountedStream(source, self.budget, self.budget.member, shown)
+                prefix = read_upto(counted, self.stream_above or 0)
                 for item in self._streamed(shown, prefix, counted, depth, None, budget=None):
                     handed = True
                     yield item
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             if not handed:
-                yield Entry(shown, size=info.file_size, error=f"corrupt member: {_why(exc)}")
+                yield Entry(shown, size=info.file_size, error=f"corrupt member: {error_text(exc)}")
         except LimitReached as exc:
             if "over all inputs" in str(exc):
                 raise
@@ -675,13 +458,8 @@ def _tar_refusal(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-def _why(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text[:200]
-
-
 def _file_digest(handle: IO[bytes]) -> str:
     digest = hashlib.sha256()
-    while chunk := handle.read(_CHUNK):
+    while chunk := handle.read(CHUNK_BYTES):
         digest.update(chunk)
     return digest.hexdigest()

@@ -23,7 +23,6 @@ value; "N/A" becomes NVML_ERROR_NOT_SUPPORTED, as NVML itself would answer.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from agent.importers.nvidia_smi_fields import Dump, Value, error_record, warn
 from agent.importers.nvidia_smi_nvml import RECORD_FORMAT, build_document
 from agent.importers.nvidia_smi_text import read_text
 from agent.importers.nvidia_smi_xml import read_xml
+from agent.sources.local_sources import NVML_FILE, json_recording
 
 __all__ = ["MAX_BYTES", "RECORD_FORMAT", "ImportResult", "import_nvidia_smi", "parse_nvidia_smi"]
 
@@ -140,7 +140,7 @@ def import_nvidia_smi(source: Path, out: Path) -> ImportResult:
     }
     _write_snapshot(out, {
         "meta.yaml": yaml.safe_dump(meta, sort_keys=False),
-        "nvml.json": json.dumps(parsed.document, indent=1, sort_keys=True) + "\n",
+        NVML_FILE: json_recording(parsed.document).decode(),  # as the NVML source records it
     })
     return ImportResult(gpu_count=len(parsed.dump.gpus), driver_version=driver_version,
                         format=parsed.dump.format, warnings=warnings)

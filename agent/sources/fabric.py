@@ -30,7 +30,9 @@ from collections.abc import Iterable
 
 from agent.facts import FabricFacts, KmsgRecord, NvSwitchError
 from agent.model import Unknown
-from agent.sources.fsroot import FsRoot, LiveFs, RecordingFs, SnapshotFs, read_tail_fd
+from agent.sources.fsroot import FsRoot, LiveFs, read_tail_fd
+from agent.sources.fsroot_recording import RecordingFs
+from agent.sources.fsroot_snapshot import SnapshotFs
 
 FM_SERVICE = "nvidia-fabricmanager.service"
 CGROUP_V2_SLICE = "/sys/fs/cgroup/system.slice"

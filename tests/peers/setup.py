@@ -44,7 +44,7 @@ SYSTEM_TOOLS = (
     SystemTool("ipmi_sim", "openipmi", "tests/test_ipmi.py (OpenIPMI BMC simulator)"),
     SystemTool("sdrcomp", "openipmi", "tests/test_ipmi.py (SDR compiler)"),
     SystemTool("ipmitool", "ipmitool", "poking the simulator by hand"),
-    SystemTool("promtool", "prometheus", "tests/test_monitoring.py (alert rule tests)"),
+    SystemTool("promtool", "prometheus", "tests/test_monitoring_rules.py (alert rule tests)"),
     SystemTool("prometheus", "prometheus", "tests/test_monitoring.py, tests/test_daemon.py (real scrapes)"),
     SystemTool("prometheus-alertmanager", "prometheus-alertmanager", "tests/test_alerting.py (inhibition, grouping)"),
     SystemTool("amtool", "prometheus-alertmanager", "tests/test_alerting.py (alertmanager.yml check)"),
