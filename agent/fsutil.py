@@ -141,6 +141,24 @@ def _write_all(fd: int, data: bytes) -> None:
 write_all = _write_all  # for the journal, which appends rather than replaces
 
 
+def create_file(root: Path, rel: str, data: bytes | str | Iterable[bytes]) -> None:
+    """A new file `rel` inside `root`, a private folder being filled (`new_output_dir`): a snapshot
+    being captured or imported. Never through a link and never over a file (O_EXCL | O_NOFOLLOW),
+    never outside `root` (`rel` is relative, without `..`), folders on the way made 0755; `data`
+    whole or in parts (a kernel log is written in pieces, never one more copy in memory)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in rel:
+        raise FileSafetyError(f"refusing to create {rel!r} (not a plain relative path)", path=str(root))
+    target = root.joinpath(*parts)
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        for part in [data] if isinstance(data, (bytes, str)) else data:
+            _write_all(fd, _as_bytes(part))
+    finally:
+        os.close(fd)
+
+
 def _replace_in(dir_fd: int, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, shown: str) -> None:
     """Atomically replace `name` inside the folder `dir_fd` (see the module docstring)."""
     _replace_in_chunks(dir_fd, name, (data,), mode, owner, shown)

@@ -144,6 +144,8 @@ def _finish(tmp: Path, out: Path) -> None:
 
 def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> None:
     import yaml
+
+    from agent.fsutil import create_file
     meta = {
         "hostname": hostname,
         "captured_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
@@ -151,7 +153,7 @@ def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> 
         "captured": captured,
         **extra,
     }
-    (path / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
+    create_file(path, "meta.yaml", yaml.safe_dump(meta, sort_keys=False))
 
 
 def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,

@@ -51,8 +51,9 @@ print((tracemalloc.get_traced_memory()[0] - before) / len(reader.by_name))
 """
 
 
-def measure(argv: list[str]) -> tuple[float, int, int]:
-    """Wall seconds, the process's own peak RSS and the peak RSS of its whole tree (bytes)."""
+def measure(argv: list[str]) -> tuple[float, int, int, float]:
+    """Wall seconds, the process's own peak RSS, the peak RSS of its whole tree (bytes), and the CPU
+    seconds (user + system) of the process and the workers it waited for (what the disk does not add)."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tree_peak = 0
@@ -73,7 +74,7 @@ def measure(argv: list[str]) -> tuple[float, int, int]:
     if proc.returncode != 0:
         raise SystemExit(f"{argv} exited {proc.returncode}")
     own = usage.ru_maxrss * 1024  # KiB on Linux
-    return elapsed, own, max(tree_peak, own)
+    return elapsed, own, max(tree_peak, own), usage.ru_utime + usage.ru_stime
 
 
 def fleets(work: Path, sizes: list[int]) -> dict[int, Path]:
@@ -112,7 +113,7 @@ def main() -> int:
                                     text=True, check=True, cwd=REPO).stdout)
     print(f"retained in the report process: {retained:.0f} bytes per node at 2,000 nodes (target < 5120)",
           flush=True)
-    samples: dict[tuple[int, str], list[tuple[float, int, int]]] = {}
+    samples: dict[tuple[int, str], list[tuple[float, int, int, float]]] = {}
     for run in range(args.runs):
         for size in sizes:  # interleaved: drift on a shared machine hits every size alike
             fleet = folders[size]
@@ -126,8 +127,8 @@ def main() -> int:
             for name, argv in commands.items():
                 sample = measure(argv)
                 samples.setdefault((size, name), []).append(sample)
-                print(f"  run {run + 1} {size:>6} {name:5}: {sample[0]:6.1f} s, own {sample[1] / 2**20:5.0f} MiB, "
-                      f"tree {sample[2] / 2**20:5.0f} MiB", flush=True)
+                print(f"  run {run + 1} {size:>6} {name:5}: {sample[0]:6.1f} s, CPU {sample[3]:6.1f} s, "
+                      f"own {sample[1] / 2**20:5.0f} MiB, tree {sample[2] / 2**20:5.0f} MiB", flush=True)
 
     def med(size: int, name: str, index: int) -> float:
         return statistics.median(s[index] for s in samples[(size, name)])
@@ -138,12 +139,14 @@ def main() -> int:
         cells = [f"{size:>6} nodes: json.load floor {floor:5.1f} s"]
         for name in ("html", "json"):
             cells.append(f"{name} {med(size, name, 0):5.1f} s x{med(size, name, 0) / floor:.2f} "
+                         f"CPU {med(size, name, 3):5.1f} s "
                          f"(own {med(size, name, 1) / 2**20:4.0f} MiB, tree {med(size, name, 2) / 2**20:4.0f} MiB)")
         print(" | ".join(cells), flush=True)
     if 50000 in sizes and 100000 in sizes:
         for name in ("html", "json"):
             ratio = med(100000, name, 0) / med(50000, name, 0)
-            print(f"{name}: 100,000 vs 50,000 nodes x{ratio:.2f} (target <= 2.2)")
+            cpu = med(100000, name, 3) / med(50000, name, 3)
+            print(f"{name}: 100,000 vs 50,000 nodes x{ratio:.2f} wall, x{cpu:.2f} CPU (target <= 2.2)")
     return 0
 
 

@@ -245,3 +245,43 @@ def test_a_closed_pipe_on_stdout_exits_quietly() -> None:
     _, err = proc.communicate(timeout=120)
     assert err == b"", err.decode()
     assert proc.returncode == 141  # 128 + SIGPIPE, what a shell shows for a writer whose reader left
+
+
+# --- create_file: every file of a snapshot being captured or imported -------------------------------
+
+
+def test_create_file_writes_parts_and_folders_inside_its_root(tmp_path: Path) -> None:
+    fsutil.create_file(tmp_path, "fs/sys/class/net/eth0/mtu", b"9000\n")
+    fsutil.create_file(tmp_path, "kmsg.txt", iter([b"a\n", b"b\n"]))
+    fsutil.create_file(tmp_path, "meta.yaml", "captured: [host]\n")
+    assert (tmp_path / "fs/sys/class/net/eth0/mtu").read_bytes() == b"9000\n"
+    assert (tmp_path / "kmsg.txt").read_bytes() == b"a\nb\n"
+    assert stat.S_IMODE((tmp_path / "meta.yaml").stat().st_mode) == 0o644 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("rel", ["../escape", "fs/../../escape", "/etc/passwd", "", "fs//x", "fs/./x", "a\x00b"])
+def test_create_file_refuses_a_path_out_of_its_root(tmp_path: Path, rel: str) -> None:
+    root = tmp_path / "snap"
+    root.mkdir()
+    with pytest.raises(fsutil.FileSafetyError, match="not a plain relative path"):
+        fsutil.create_file(root, rel, b"x")
+    assert not (tmp_path / "escape").exists() and sorted(os.listdir(root)) == []
+
+
+def test_create_file_never_writes_through_a_link_or_over_a_file(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.write_text("keep")
+    root = tmp_path / "snap"
+    root.mkdir()
+    (root / "nvml.json").symlink_to(outside)
+    (root / "meta.yaml").write_text("first")
+    for name in ("nvml.json", "meta.yaml"):
+        with pytest.raises(FileExistsError):
+            fsutil.create_file(root, name, b"second")
+    assert outside.read_text() == "keep" and (root / "meta.yaml").read_text() == "first"

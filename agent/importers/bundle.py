@@ -137,16 +137,10 @@ def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = 
 
 
 def put_file(root: Path, rel: str, data: bytes | Iterable[bytes]) -> None:
-    """A new file inside our private 0700 folder (never through a link: O_EXCL | O_NOFOLLOW), `data` in parts or not."""
-    target = root / rel
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        from agent.fsutil import write_all
-        for part in [data] if isinstance(data, bytes) else data:
-            write_all(fd, part)
-    finally:
-        os.close(fd)
+    """A new file inside our private 0700 folder (the one writer's `create_file`: never through a link)."""
+    from agent.fsutil import create_file
+
+    create_file(root, rel, data)
 
 
 def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:

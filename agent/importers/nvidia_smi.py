@@ -148,13 +148,13 @@ def import_nvidia_smi(source: Path, out: Path) -> ImportResult:
 
 def _write_snapshot(out: Path, files: dict[str, str]) -> None:
     """Write into a temporary sibling directory, then rename it into place."""
-    from agent.fsutil import write_output_dir  # the one writer (its folder must exist: exit 2)
+    from agent.fsutil import create_file, write_output_dir  # the one writer (its folder must exist: exit 2)
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SnapshotError("output exists and is not an empty directory; refusing to overwrite", path=str(out))
 
     def fill(tmp: Path) -> None:
         for file_name, content in files.items():
-            (tmp / file_name).write_text(content, encoding="utf-8")  # inside our private 0700 folder
+            create_file(tmp, file_name, content)  # inside our private 0700 folder
 
     write_output_dir(out, fill)

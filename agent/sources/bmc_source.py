@@ -155,6 +155,8 @@ class BmcSource(Source):
         return Unsupported(reason)
 
     def record(self, out: Path, options: CaptureOptions, done: Recording) -> None:
+        from agent.fsutil import create_file  # capture-only: off the audit's import path
+
         bmc = options.bmc
         if bmc is None or not bmc.configured:
             return
@@ -184,7 +186,7 @@ class BmcSource(Source):
             _facts, status, raw = read_ipmi_live(bmc.ipmi_host, bmc.ipmi_port, bmc.user or "", password,
                                                  timeout_s=bmc.deadline_s)
             if raw:
-                (out / IPMI_FILE).write_bytes(json_recording(raw))
+                create_file(out, IPMI_FILE, json_recording(raw))
                 done.captured.append("ipmi")
             if not status.ok:
                 done.notes.append(f"ipmi: {status.error}")

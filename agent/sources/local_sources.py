@@ -77,6 +77,7 @@ class HostSource(Source):
         return self.absent("not in this snapshot")
 
     def record(self, out: Path, options: CaptureOptions, done: Recording) -> None:
+        from agent.fsutil import create_file  # capture-only: off the audit's import path
         from agent.sources.fsroot import LiveFs
         from agent.sources.fsroot_recording import RecordingFs
         from agent.sources.host import read_host_facts
@@ -88,12 +89,10 @@ class HostSource(Source):
         for rel in sorted(recorder.dirs):
             (fs_dir / rel).mkdir(parents=True, exist_ok=True)
         for rel, data in sorted(recorder.files.items()):
-            target = fs_dir / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        (out / LINKS_FILE).write_bytes(json_recording(recorder.links))
+            create_file(fs_dir, rel, data)
+        create_file(out, LINKS_FILE, json_recording(recorder.links))
         if recorder.errors:
-            (out / ERRORS_FILE).write_bytes(json_recording(recorder.errors))
+            create_file(out, ERRORS_FILE, json_recording(recorder.errors))
         done.captured.append("host")
         done.hostname = facts.hostname if isinstance(facts.hostname, str) else None
 
@@ -127,6 +126,7 @@ class NvmlSource(Source):
         return Unsupported(NOT_IN_SNAPSHOT)
 
     def record(self, out: Path, options: CaptureOptions, done: Recording) -> None:
+        from agent.fsutil import create_file
         from agent.sources import nvml
 
         backend = options.nvml_backend
@@ -141,7 +141,7 @@ class NvmlSource(Source):
         if not status.ok and not recorder.devices:
             done.notes.append(f"nvml not captured: {status.error}")
             return
-        (out / NVML_FILE).write_bytes(json_recording(recorder.to_json()))
+        create_file(out, NVML_FILE, json_recording(recorder.to_json()))
         done.captured.append("nvml")
 
 
@@ -184,12 +184,12 @@ class KmsgSource(Source):
         return Unsupported("the snapshot holds no kernel log")
 
     def record(self, out: Path, options: CaptureOptions, done: Recording) -> None:
+        from agent.fsutil import create_file
         from agent.sources.kmsg import KMSG_DEVICE, read_live_kmsg
 
         records, raw = read_live_kmsg(options.kmsg_device or KMSG_DEVICE)
         if not isinstance(records, tuple) and not raw:
             done.notes.append(f"kmsg not captured: {records.reason}")
             return
-        with open(out / KMSG_FILE, "wb") as fh:
-            fh.writelines(kmsg_recording(raw))
+        create_file(out, KMSG_FILE, kmsg_recording(raw))
         done.captured.append("kmsg")

@@ -410,10 +410,10 @@ class RecordingRedfish:
         self.inner.close()
 
     def write(self, snapshot_dir: Path) -> None:
-        for path, body in sorted(self.answers.items()):
-            target = snapshot_dir / path.lstrip("/") / "index.json"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(json.dumps(body, indent=1, sort_keys=True), encoding="utf-8")
+        from agent.fsutil import create_file
+
+        for path, body in sorted(self.answers.items()):  # mockup layout; create_file refuses `..`
+            create_file(snapshot_dir, f"{path.strip('/')}/index.json", json.dumps(body, indent=1, sort_keys=True))
 
 
 def link(resource: dict[str, Any], *keys: str) -> str | None:
