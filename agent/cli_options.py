@@ -10,6 +10,12 @@ import click
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Shared by every option of its kind: each click.Path() looks up the translation of its name
+# (gettext searches the disk every time), ~50 us apiece over ~40 options.
+PATH = click.Path(path_type=Path)
+FILE_PATH = click.Path(path_type=Path, dir_okay=False)
+DIR_PATH = click.Path(path_type=Path, file_okay=False)
+
 
 def _complete_simulated(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     from agent.cli_support import complete_simulated
@@ -22,17 +28,17 @@ def source_options(func: F) -> F:
     options = [
         click.option("--simulate", metavar="NAME", shell_complete=_complete_simulated,
                      help="Replay a simulated node shipped with nodewarden."),
-        click.option("--snapshot", type=click.Path(path_type=Path), metavar="DIR",
+        click.option("--snapshot", type=PATH, metavar="DIR",
                      help="Replay a recorded snapshot directory."),
-        click.option("--config", "config_path", type=click.Path(path_type=Path), metavar="FILE",
+        click.option("--config", "config_path", type=PATH, metavar="FILE",
                      help="Config file (default /etc/nodewarden/config.yaml if present)."),
         click.option("--bmc", "bmc_url", metavar="URL", help="Redfish service of the node's BMC (https://host)."),
         click.option("--ipmi", "ipmi_host", metavar="HOST[:PORT]",
                      help="IPMI-over-LAN BMC (where Redfish is missing or unusable)."),
         click.option("--bmc-user", metavar="USER", help="BMC user name."),
-        click.option("--bmc-password-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+        click.option("--bmc-password-file", type=FILE_PATH, metavar="FILE",
                      help="File holding the BMC password; must be readable by its owner only."),
-        click.option("--bmc-ca-file", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+        click.option("--bmc-ca-file", type=FILE_PATH, metavar="FILE",
                      help="CA bundle to verify the BMC's TLS certificate."),
         click.option("--bmc-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (reported)."),
     ]

@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from agent.digest import sha256_hex
 from agent.errors import ProfileError
 from agent.expect import COMPARATORS, Expectation
 from agent.sanitise import is_clean
@@ -48,9 +49,34 @@ def profile_validator() -> Validator:
         raise ProfileError(f"broken profile schema: {exc}", path=str(path)) from None
 
 
-@dataclass(frozen=True)
-class ProfileFile:
-    """One profile file as loaded and validated, before inheritance."""
+@lru_cache(maxsize=1)
+def schema_fingerprint() -> str | None:
+    """What a profile's schema check depends on: the schema's bytes and the validator's code.
+
+    A profile file that passed the check is remembered under this (agent.yamlfile), so that a
+    later run neither builds the validator nor validates it again; editing the schema or
+    agent/schema.py, or another interpreter, changes the fingerprint. None (unreadable): nothing
+    is remembered, every file is validated.
+    """
+    import sys
+
+    from agent import schema
+
+    try:
+        parts = [(shipped_profile_dir() / "schema.json").read_bytes(), Path(str(schema.__file__)).read_bytes()]
+    except (OSError, ProfileError):
+        return None
+    return sha256_hex(b"\0".join([*parts, sys.implementation.cache_tag.encode()]))
+
+
+def _validate_profile(data: Any, lines: LineMap, source: str) -> None:
+    if isinstance(data, dict):  # anything else is refused by `load` itself, with its own message
+        validate_document(data, lines, source, profile_validator(), ProfileError)
+
+
+class ProfileFile(NamedTuple):
+    """One profile file as loaded and validated, before inheritance (immutable: a NamedTuple, a fifth
+    of a frozen dataclass's cost to define)."""
 
     name: str
     path: Path
@@ -161,10 +187,15 @@ def _valid_name(name: str) -> bool:
 
 
 def load(path: Path) -> ProfileFile:
-    data, lines = load_yaml_file(path, ProfileError)
+    fingerprint = schema_fingerprint()
+    if fingerprint is None:
+        data, lines = load_yaml_file(path, ProfileError)
+        _validate_profile(data, lines, str(path))
+    else:  # a file whose content passed this schema check before is not checked again
+        data, lines = load_yaml_file(path, ProfileError, validation=(
+            fingerprint, lambda doc, where: _validate_profile(doc, where, str(path))))
     if not isinstance(data, dict):
         raise ProfileError("a profile must be a YAML mapping", path=str(path), line=1)
-    validate_document(data, lines, str(path), profile_validator(), ProfileError)
     if data["name"] != path.stem:
         raise ProfileError(f"name {data['name']!r} must match the file name {path.stem!r}",
                            path=str(path), line=lines.line_for(("name",)))

@@ -13,6 +13,12 @@ only the current user can write, and entries that are not owned by that user
 or are writable by others are ignored: a cache must never become a way to
 inject profile content. NODEWARDEN_NO_CACHE=1 turns it off.
 
+A caller that validates what it loads (profiles against their schema) may have the pass
+remembered too (`validation`): such an entry is keyed by the file's digest and a fingerprint of
+everything the check depends on (the schema's bytes, the validator's code), so a change to either
+voids every remembered pass; it starts with the SHA-256 of the rest, so a damaged entry is ignored
+(and the file validated again), never taken for a pass. A failed check is never remembered.
+
 Files are hostile input too (a site folder, a copied snapshot), so parsing is
 bounded: at most MAX_BYTES per file, nesting at most MAX_DEPTH deep, and no
 aliases (`*name`): an alias makes PyYAML share one node, and building plain
@@ -27,19 +33,23 @@ import contextlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agent import __version__
 from agent.digest import sha256_hex
 from agent.errors import NodewardenError
-from agent.jsonfile import load_json_file, read_bounded
+from agent.jsonfile import load_json_bytes, read_bounded
 
 PathKey = tuple[str | int, ...]
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _CACHE_FORMAT = 1
 MAX_BYTES = 1 << 20  # profiles are ~10 KB; 1 MiB holds thousands of waivers (and composes in ~1 s)
 MAX_DEPTH = 64  # profiles nest ~6 deep; libyaml itself stops at 1000, our builder recurses
+_ENTRY_MAX_BYTES = 16 * MAX_BYTES  # a cached parse (values and lines as JSON) of the largest file
+# (fingerprint of what the check depends on, the check: raises for an invalid document)
+Validation = tuple[str, Callable[[Any, "LineMap"], None]]
 
 
 class LineMap(dict[PathKey, int]):
@@ -131,7 +141,13 @@ def _line_of_last(lines: LineMap) -> int | None:
     return max(lines.values()) if lines else None
 
 
-def load_yaml_file(path: Path, error: type[NodewardenError] = NodewardenError) -> tuple[Any, LineMap]:
+def load_yaml_file(path: Path, error: type[NodewardenError] = NodewardenError,
+                   validation: Validation | None = None) -> tuple[Any, LineMap]:
+    """Parse `path` (from the cache where its content was seen before).
+
+    `validation`: run the check on what was parsed, unless this content passed this same check
+    before (see the module docstring); the check raises for an invalid document.
+    """
     try:
         data = read_bounded(path, MAX_BYTES)  # non-blocking: a FIFO named *.yaml must not hang
     except OSError as exc:
@@ -139,17 +155,25 @@ def load_yaml_file(path: Path, error: type[NodewardenError] = NodewardenError) -
     if len(data) > MAX_BYTES:
         raise error(f"larger than {MAX_BYTES >> 20} MiB: not a file nodewarden reads", path=str(path))
     digest = sha256_hex(data)
-    cached = _cache_get(digest)
-    if cached is not None:
-        return cached
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise error(f"not valid UTF-8 (byte {exc.start})", path=str(path), line=line) from None
-    value, lines = parse_yaml(text, str(path), error)
-    _cache_put(digest, value, lines)
-    return value, lines
+    passed = None if validation is None else _validated_name(digest, validation[0])
+    if passed is not None:
+        remembered = _validated_get(passed)
+        if remembered is not None:
+            return remembered
+    parsed = _cache_get(digest)
+    if parsed is None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            raise error(f"not valid UTF-8 (byte {exc.start})", path=str(path), line=line) from None
+        parsed = parse_yaml(text, str(path), error)
+        _cache_put(digest, *parsed)
+    if validation is not None:
+        validation[1](*parsed)  # raises for an invalid document: nothing is remembered
+        if passed is not None:
+            _validated_put(passed, *parsed)
+    return parsed
 
 
 # --- the parse cache ------------------------------------------------------------------------------
@@ -182,32 +206,86 @@ def _cache_file(digest: str) -> Path | None:
     return directory / f"{digest}-{__version__}-{_CACHE_FORMAT}.json"
 
 
-def _cache_get(digest: str) -> tuple[Any, LineMap] | None:
-    entry = _cache_file(digest)
-    if entry is None:
-        return None
+def _entry_doc(data: bytes) -> tuple[Any, LineMap]:
+    doc = load_json_bytes(data, what="cache entry", max_bytes=_ENTRY_MAX_BYTES, max_depth=MAX_DEPTH + 4)
+    lines = LineMap({tuple(key): int(line) for key, line in doc["lines"]})
+    return doc["value"], lines
+
+
+def _entry_text(value: Any, lines: LineMap) -> str | None:
+    try:
+        return json.dumps({"value": value, "lines": [[list(k), v] for k, v in lines.items()]})
+    except (TypeError, ValueError):
+        return None  # a value JSON cannot hold (e.g. !!binary): just do not cache it
+
+
+def _read_entry(entry: Path) -> bytes | None:
+    """An entry's bytes, if it and its folder are ours alone (else, or absent: None)."""
     try:
         if not (_safe(entry.stat()) and _safe(entry.parent.stat())):
             return None
-        doc = load_json_file(entry, max_bytes=16 * MAX_BYTES, max_depth=MAX_DEPTH + 4)
-        lines = LineMap({tuple(key): int(line) for key, line in doc["lines"]})
-        return doc["value"], lines
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent, unreadable or damaged: parse the YAML instead
+        data = read_bounded(entry, _ENTRY_MAX_BYTES + 80)
+    except OSError:
+        return None
+    return data if len(data) <= _ENTRY_MAX_BYTES + 80 else None
 
 
-def _cache_put(digest: str, value: Any, lines: LineMap) -> None:
-    entry = _cache_file(digest)
-    if entry is None:
-        return
+def _write_entry(entry: Path, text: str) -> None:
     from agent.fsutil import replace_file  # only when writing an entry
 
-    try:
-        text = json.dumps({"value": value, "lines": [[list(k), v] for k, v in lines.items()]})
-    except (TypeError, ValueError):
-        return  # a value JSON cannot hold (e.g. !!binary): just do not cache it
     with contextlib.suppress(OSError, NodewardenError):  # a read-only home or a sandbox: no cache, no problem
         entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _safe(entry.parent.stat()):
             return
         replace_file(entry, text, 0o600)  # the one atomic writer: owner-only, fchmod on the descriptor
+
+
+def _cache_get(digest: str) -> tuple[Any, LineMap] | None:
+    entry = _cache_file(digest)
+    if entry is None:
+        return None
+    data = _read_entry(entry)
+    if data is None:
+        return None
+    try:
+        return _entry_doc(data)
+    except (ValueError, KeyError, TypeError):
+        return None  # unreadable or damaged: parse the YAML instead
+
+
+def _cache_put(digest: str, value: Any, lines: LineMap) -> None:
+    entry = _cache_file(digest)
+    text = None if entry is None else _entry_text(value, lines)
+    if entry is not None and text is not None:
+        _write_entry(entry, text)
+
+
+# --- remembered validations -----------------------------------------------------------------------
+
+
+def _validated_name(digest: str, fingerprint: str) -> Path | None:
+    """The entry of "this content passed the check that `fingerprint` names" (None: no cache)."""
+    directory = cache_dir()
+    if directory is None:
+        return None
+    key = sha256_hex(f"{digest}\n{fingerprint}\n{__version__}".encode())
+    return directory / f"valid-{key}-{_CACHE_FORMAT}.json"
+
+
+def _validated_get(entry: Path) -> tuple[Any, LineMap] | None:
+    data = _read_entry(entry)
+    if data is None:
+        return None
+    check, _, body = data.partition(b"\n")
+    if check.decode("ascii", "replace") != sha256_hex(body):
+        return None  # truncated or altered since it was written: validate again
+    try:
+        return _entry_doc(body)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _validated_put(entry: Path, value: Any, lines: LineMap) -> None:
+    text = _entry_text(value, lines)
+    if text is not None:
+        _write_entry(entry, f"{sha256_hex(text.encode())}\n{text}")

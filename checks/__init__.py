@@ -8,9 +8,11 @@ reports, metrics, waivers and `--only/--skip` globs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
-import pkgutil
+import inspect
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,11 +205,31 @@ def keyed_schema(description: str, key_pattern: str) -> dict[str, Any]:
             "additionalProperties": {"$ref": "#/$defs/expectation_or_drop"}}
 
 
+def _module_names(folders: Iterable[str]) -> list[str]:
+    """The modules and packages in `folders`, as `pkgutil.iter_modules` names them, in its order
+    (without importing pkgutil and importlib.util: ~1 ms of a one-shot audit)."""
+    names: dict[str, None] = {}
+    for folder in folders:
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = inspect.getmodulename(entry)
+            if name is None and "." not in entry and os.path.isdir(os.path.join(folder, entry)):
+                with contextlib.suppress(OSError):
+                    if any(inspect.getmodulename(f) == "__init__" for f in os.listdir(os.path.join(folder, entry))):
+                        name = entry  # a package
+            if name and name != "__init__" and "." not in name:
+                names.setdefault(name)
+    return list(names)
+
+
 @functools.cache
 def _discover() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
+    for name in _module_names(__path__):
+        if not name.startswith("_"):
+            importlib.import_module(f"{__name__}.{name}")
 
 
 def all_checks() -> list[Check]:

@@ -64,3 +64,12 @@ def drifted_copy(tmp_path: Path, drifted_capture: Path) -> Path:
     """A per-test copy to remediate. Hard links keep the 10k-file copy cheap; safe because every
     nodewarden write replaces a file by rename, and tests replace files (unlink, write) too."""
     return Path(shutil.copytree(drifted_capture, tmp_path / "node", symlinks=True, copy_function=os.link))
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private parse cache (tests of agent.yamlfile's cache): the folder its entries go to."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("CACHE_DIRECTORY", raising=False)
+    monkeypatch.delenv("NODEWARDEN_NO_CACHE", raising=False)
+    return tmp_path / "cache" / "nodewarden" / "yaml"

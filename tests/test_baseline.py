@@ -280,8 +280,10 @@ def test_record_takes_the_same_source_options_as_every_other_command() -> None:
     def options(command: click.Command) -> dict[str, dict[str, Any]]:
         return {p.name or "": p.to_info_dict() for p in command.params if isinstance(p, click.Option)}
 
-    match = cli.commands["profiles"].commands["match"]  # type: ignore[attr-defined]  # source options only
-    record = baseline.commands["record"]
+    # Looked up as a command line does (the global options are added then, to both alike).
+    ctx = click.Context(cli)
+    match = cli.get_command(ctx, "profiles").commands["match"]  # type: ignore[union-attr]  # source options only
+    record = cli.get_command(ctx, "baseline").commands["record"]  # type: ignore[union-attr]
     ours = options(record)
     assert set(ours) - set(options(match)) == {"out", "force"}
     assert {k: v for k, v in ours.items() if k not in ("out", "force")} == options(match)

@@ -13,14 +13,6 @@ from agent import yamlfile
 from agent.errors import ProfileError
 
 
-@pytest.fixture
-def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv("CACHE_DIRECTORY", raising=False)
-    monkeypatch.delenv("NODEWARDEN_NO_CACHE", raising=False)
-    return tmp_path / "cache" / "nodewarden" / "yaml"
-
-
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "doc.yaml"
     path.write_text(text)

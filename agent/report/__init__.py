@@ -5,18 +5,18 @@ Every string from outside goes through `agent.sanitise` on its way out, in every
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from agent.report.model import Report
-from agent.sanitise import clean_value
 
 FORMATS = ("table", "json", "junit", "prom")
 
 
 def render(report: Report, fmt: str, *, verbose: bool = False, color: bool = False) -> str:
     if fmt == "json":
-        return json.dumps(clean_value(report.to_json()), indent=2, sort_keys=False) + "\n"
+        from agent.report.json_text import report_text  # json.dumps(clean_value(...), indent=2), faster
+
+        return report_text(report.to_json()) + "\n"
     if fmt == "table":
         from agent.report.table import render_table
 

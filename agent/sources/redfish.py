@@ -101,9 +101,12 @@ def read_redfish(make_transport: Callable[[], Transport], *, concurrency: int = 
     try:
         walk.run(paths)
     finally:
-        closer = threading.Thread(target=transport.close, daemon=True)
-        closer.start()
-        closer.join(2.0)
+        if isinstance(transport, RecordedRedfish):
+            transport.close()  # local files: nothing to hang on
+        else:
+            closer = threading.Thread(target=transport.close, daemon=True)
+            closer.start()
+            closer.join(2.0)
     elapsed = time.monotonic() - start
     if walk.auth_error is not None:
         error = walk.auth_error.reason

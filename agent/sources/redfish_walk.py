@@ -10,22 +10,37 @@ BMCs are small, slow and fragile, so the walker:
   probed collection is asked again plainly, one request further down its chain,
 * stops at an overall deadline; what it could not read is reported per resource, never raised.
 
+A recording (`RecordedRedfish`, local files) is read in the calling thread, one resource at a
+time in the same priority order: threads would add only their hand-offs there.
+
 `depth` holds, per resource, the requests on the longest dependent chain that led to it (a
 refused `$expand` counts as one), which is what the latency bound of a read is made of.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
-from concurrent import futures
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from agent.sources.redfish_client import ROOT, AuthFailed, RedfishError, Transport, checked_path, link, valid_path
+from agent.sources.redfish_client import (
+    ROOT,
+    AuthFailed,
+    RecordedRedfish,
+    RedfishError,
+    Transport,
+    checked_path,
+    link,
+    valid_path,
+)
 from agent.sources.redfish_registry import RegistryChain
+
+if TYPE_CHECKING:  # concurrent.futures and queue load only where a BMC is read over the network
+    import queue
+    from concurrent import futures
 
 T = TypeVar("T")
 MAX_LOG_ENTRIES = 100  # per log service: enough to judge, bounded for BMCs with huge SELs
@@ -146,7 +161,15 @@ def _priority(path: str, depth: int) -> tuple[int, int]:
     return (1 if parent in LEAF_COLLECTIONS else 0, -depth)
 
 
-_Work = tuple[futures.Future[Any], Callable[..., Any], tuple[Any, ...]]
+_Work = tuple["futures.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+class Ticket(Protocol):
+    """A request handed to a pool: its answer once done."""
+
+    def result(self) -> Any: ...
+
+    def cancel(self) -> bool: ...
 
 
 class DaemonPool:
@@ -157,6 +180,8 @@ class DaemonPool:
     """
 
     def __init__(self, workers: int, name: str) -> None:
+        import queue
+
         self._queue: queue.PriorityQueue[tuple[tuple[int, ...], int, _Work | None]] = queue.PriorityQueue()
         self._order = itertools.count()  # FIFO among equal priorities
         self._workers = max(1, workers)
@@ -164,9 +189,17 @@ class DaemonPool:
             threading.Thread(target=self._work, name=f"{name}-{index}", daemon=True).start()
 
     def submit(self, func: Callable[..., T], *args: Any, priority: tuple[int, ...] = ()) -> futures.Future[T]:
+        from concurrent import futures
+
         future: futures.Future[T] = futures.Future()
         self._queue.put((priority, next(self._order), (future, func, args)))
         return future
+
+    def wait(self, pending: Collection[Any], timeout: float) -> Iterable[Any]:
+        """The futures among `pending` that are done, as soon as one is (none after `timeout`)."""
+        from concurrent import futures
+
+        return futures.wait(pending, timeout=timeout, return_when=futures.FIRST_COMPLETED)[0]
 
     def _work(self) -> None:
         while (item := self._queue.get()[2]) is not None:
@@ -182,6 +215,52 @@ class DaemonPool:
         """Let the workers end after what they are doing; never waits."""
         for _ in range(self._workers):
             self._queue.put(((1 << 30,), next(self._order), None))  # after whatever is queued (cancelled)
+
+
+class _Answer:
+    """What one request of an `InlinePool` gave: the body, or the error it raised."""
+
+    __slots__ = ("body", "error")
+
+    def __init__(self) -> None:
+        self.body: Any = None
+        self.error: Exception | None = None
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.body
+
+    def cancel(self) -> bool:
+        return False  # nothing runs behind the caller's back
+
+
+class InlinePool:
+    """`DaemonPool`'s interface, run in the calling thread: each wait runs the queued request of the
+    lowest priority (for a transport that reads local files, where a thread would only add hand-offs)."""
+
+    def __init__(self) -> None:
+        self._queue: list[tuple[tuple[int, ...], int, _Answer, Callable[..., Any], tuple[Any, ...]]] = []
+        self._order = itertools.count()  # FIFO among equal priorities
+
+    def submit(self, func: Callable[..., Any], *args: Any, priority: tuple[int, ...] = ()) -> _Answer:
+        answer = _Answer()
+        heapq.heappush(self._queue, (priority, next(self._order), answer, func, args))
+        return answer
+
+    def wait(self, pending: Collection[Any], timeout: float) -> Iterable[Any]:
+        while self._queue:
+            _priority, _order, answer, func, args = heapq.heappop(self._queue)
+            if answer in pending:
+                try:
+                    answer.body = func(*args)
+                except Exception as exc:  # noqa: BLE001 - handed to the walk, as a future would
+                    answer.error = exc
+                return (answer,)
+        return ()
+
+    def shutdown(self) -> None:
+        self._queue.clear()
 
 
 class Walk:
@@ -240,8 +319,9 @@ class Walk:
         resize = getattr(self.transport, "use_concurrency", None)
         if callable(resize):
             resize(self.concurrency)  # a pooled connection for every request in flight
-        pool = DaemonPool(self.concurrency, "redfish")
-        pending: dict[futures.Future[dict[str, Any]], str] = {}
+        local = isinstance(self.transport, RecordedRedfish)
+        pool: DaemonPool | InlinePool = InlinePool() if local else DaemonPool(self.concurrency, "redfish")
+        pending: dict[Ticket, str] = {}
 
         known: dict[str, str] = {}  # lower-case path -> the case the BMC served it with
         expanded: set[str] = set()  # paths requested with $expand
@@ -324,8 +404,7 @@ class Walk:
                         else:
                             self.errors[path] = late
                     break
-                done, _ = futures.wait(pending, timeout=remaining, return_when=futures.FIRST_COMPLETED)
-                for future in done:
+                for future in pool.wait(pending, remaining):
                     path = pending.pop(future)
                     try:
                         body = future.result()
