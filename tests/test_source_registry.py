@@ -186,3 +186,13 @@ def test_sources_declare_what_they_are() -> None:
         assert registry.source(src.name) is src
     with pytest.raises(KeyError):
         registry.source("dcgm")
+
+
+def test_every_registered_source_reads_both_ways_and_records_itself() -> None:
+    def own(src: Source, hook: str) -> bool:
+        return any(hook in vars(cls) for cls in type(src).__mro__ if cls is not Source)
+
+    for src in registry.SOURCES:
+        assert own(src, "read") or (own(src, "read_live") and own(src, "read_recorded")), src.name
+        assert own(src, "record"), src.name
+    assert not own(FanSource(), "read_live") and own(FanSource(), "read")  # the detector tells them apart
