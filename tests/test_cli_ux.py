@@ -115,7 +115,7 @@ def test_table_opens_with_the_verdict_and_the_actions_worst_first(run_cli: RunCl
     assert actions.index("replace_psu") < actions.index("reboot") < actions.index("remediate")
     assert actions[-1] == "monitor" and len(actions) == len(set(actions))  # one line per action
     healthy = run_cli("audit", "--simulate", "hgx-h100-healthy", "--format", "table").stdout.splitlines()
-    assert healthy[2] == "HEALTHY: nothing to do"
+    assert healthy[2] == "OK: nothing to do"
     degraded = run_cli(*TABLE, "--only", "host.*").stdout.splitlines()  # warning-level fails only
     assert degraded[2].startswith("DEGRADED: ")
     assert {line.split()[0] for line in degraded[3:degraded.index("", 3)]} == {"upgrade_driver", "remediate"}

@@ -12,6 +12,7 @@ from typing import Any
 from agent import __version__
 from agent.facts import NodeFacts
 from agent.model import Finding, SourceStatus, Status
+from agent.report.verdict import verdict_json
 
 REPORT_SCHEMA = "nodewarden.report/v1"
 SUMMARY_KEYS = ("pass", "warn", "fail", "unknown", "skip", "waived", "fixed")
@@ -52,5 +53,6 @@ class Report:
             "sources": {name: status.to_json() for name, status in sorted(self.sources.items())},
             "findings": [f.to_json() for f in self.findings],
             "summary": self.summary(),
+            **verdict_json(self.findings),
             **self.extra,
         }

@@ -22,6 +22,7 @@ from prometheus_client.utils import floatToGoString as _client_float
 from agent import __version__
 from agent.model import Status
 from agent.report.model import Report
+from agent.report.verdict import VERDICTS, judge
 from agent.sanitise import clean
 
 # Status codes, ordered by badness: `max by (instance) (nodewarden_check_status)` is the worst.
@@ -59,6 +60,8 @@ def report_families(report: Report, timing: bool = True) -> list[Metric]:
     build = GaugeMetricFamily("nodewarden_build_info", "nodewarden version", labels=["version"])
     last = GaugeMetricFamily("nodewarden_audit_timestamp_seconds", "When the checks last ran (Unix time)")
     duration = GaugeMetricFamily("nodewarden_audit_duration_seconds", "How long the last audit took")
+    verdict = GaugeMetricFamily("nodewarden_verdict", "The node's verdict: 1 for the current one of OK, DEGRADED, "
+                                "DRAIN (agent/report/verdict.py), 0 for the others", labels=["verdict"])
 
     seen: set[tuple[str, str]] = set()
     totals_count: dict[tuple[str, str], int] = {}
@@ -89,11 +92,14 @@ def report_families(report: Report, timing: bool = True) -> list[Metric]:
             source_up.add_metric([name], 1 if src.ok else 0)
             source_pending.add_metric([name], 1 if src.detail.get("pending") else 0)
             source_duration.add_metric([name], src.duration_s)
+    state = judge(report.findings).state
+    for name in VERDICTS:
+        verdict.add_metric([name], 1 if name == state else 0)
     profile.add_metric([report.profile], 1)
     build.add_metric([__version__], 1)
     last.add_metric([], dt.datetime.fromisoformat(report.started_at).timestamp())
     duration.add_metric([], report.duration_s)
-    return [status, waived, checks, totals, source_up, source_pending, source_duration, profile, build,
+    return [verdict, status, waived, checks, totals, source_up, source_pending, source_duration, profile, build,
             *([last] if timing else []), duration]
 
 

@@ -1,8 +1,17 @@
-"""The node's verdict, first thing in the table: HEALTHY, DEGRADED or DRAIN, and what to do.
+"""The node's verdict: DRAIN, DEGRADED or OK, and what to do. The one rule every consumer shares.
 
-- DRAIN: a finding that is not waived fails with severity critical, or asks for `drain`;
-- DEGRADED: anything else fails, or warns with severity warning or critical;
-- HEALTHY: nothing fails (passes, skips, waived findings, `info` warnings).
+The table prints it first, the JSON report carries it (`verdict`, `actions`), the Prometheus output
+and the daemon export it (`nodewarden_verdict`), and `health-check` acts on it. So it is declared
+once, here:
+
+- DRAIN: a finding that is not waived fails with severity critical and asks for an action that
+  takes the node out of service (DRAIN_ACTIONS: drain, a GPU/fabric reset, a reboot, a part to
+  replace or reseat, support, cooling, a link, the fabric manager), or a source the node needs
+  (host, NVML on a GPU node) is down (`source.available` fails critical). Positive evidence only:
+  an `unknown` never drains.
+- DEGRADED: anything else fails, or warns with severity warning or critical. Tuning drift (a
+  sysctl, THP, a BIOS attribute, old firmware) lands here however it is rated: it never drains.
+- OK: nothing fails (passes, skips, waived findings, `info` warnings).
 
 Below it, the actions the findings ask for (their `action`; `remediate` where `nodewarden
 remediate` fixes it; `review` where neither is known), worst first: by the worst finding asking
@@ -14,19 +23,25 @@ do not change the verdict and are listed last, as `not judged`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import click
+from typing import Any
 
 from agent.model import Finding, Severity, Status
 from agent.names import compress, natural_key
 from agent.report.collapse import rank
 from agent.sanitise import clean
 
-HEALTHY, DEGRADED, DRAIN = "HEALTHY", "DEGRADED", "DRAIN"
+OK, DEGRADED, DRAIN = "OK", "DEGRADED", "DRAIN"
+VERDICTS = (OK, DEGRADED, DRAIN)  # in order of badness
+# Actions that mean the node cannot run jobs as it is: a critical failure asking for one drains.
+DRAIN_ACTIONS = frozenset({
+    "drain", "reset_gpu", "reset_fabric", "reboot", "contact_support", "reseat", "reseat_or_contact_support",
+    "check_cooling", "check_link", "check_cabling", "start_fabric_manager",
+})
+DRAIN_ACTION_PREFIXES = ("replace_",)  # replace_psu, replace_fan, replace_gpu, ...
 REMEDIATE, REVIEW, NOT_JUDGED = "remediate", "review", "not judged"
 _FIRST = {"drain": 0, "reboot": 1, "reset_gpu": 2, "reset_fabric": 3}
 _LAST = {REMEDIATE: 1, REVIEW: 2, "monitor": 3}
-_COLORS = {HEALTHY: "green", DEGRADED: "yellow", DRAIN: "red"}
+_COLORS = {OK: "green", DEGRADED: "yellow", DRAIN: "red"}
 MAX_ITEMS = 3  # findings named per action; the rest are counted
 
 
@@ -52,13 +67,22 @@ def action_of(finding: Finding) -> str:
     return finding.action or (REMEDIATE if finding.remediation else REVIEW)
 
 
+def drains(finding: Finding) -> bool:
+    """True when this finding alone takes the node out of service (see the module's rule)."""
+    if finding.waiver is not None or finding.status is not Status.FAIL or finding.severity is not Severity.CRITICAL:
+        return False
+    if finding.check == "source.available":  # critical only for a source the node needs (checks/sources.py)
+        return True
+    action = finding.action or ""
+    return action in DRAIN_ACTIONS or action.startswith(DRAIN_ACTION_PREFIXES)
+
+
 def judge(findings: list[Finding]) -> Verdict:
     live = [f for f in findings if f.waiver is None and f.status in (Status.FAIL, Status.WARN, Status.UNKNOWN)]
-    state = HEALTHY
+    state = OK
     if any(f.status is Status.FAIL or (f.status is Status.WARN and f.severity is not Severity.INFO) for f in live):
         state = DEGRADED
-    if any((f.status is Status.FAIL and f.severity is Severity.CRITICAL) or
-           (f.status is not Status.UNKNOWN and f.action == "drain") for f in live):
+    if any(drains(f) for f in live):
         state = DRAIN
     asks: dict[str, Ask] = {}
     for finding in live:
@@ -93,8 +117,29 @@ def _items(ask: Ask, subjects: dict[int, str]) -> str:
     return "; ".join(parts) + (f" and {left} more" if left else "")
 
 
+def verdict_json(findings: list[Finding]) -> dict[str, Any]:
+    """`verdict` and `actions` of the JSON report: the actions asked for, worst first, unjudged left out."""
+    verdict = judge(findings)
+    actions = []
+    for ask in verdict.asks:
+        if ask.action == NOT_JUDGED:
+            continue
+        ordered = sorted(ask.findings, key=lambda f: (rank(f), f.check, natural_key(f.subject)))
+        actions.append({
+            "action": ask.action,
+            "severity": ask.worst.severity.value,
+            "drains": any(drains(f) for f in ask.findings),
+            "checks": list(dict.fromkeys(f.check for f in ordered)),
+            "subjects": list(dict.fromkeys(f.subject for f in ordered)),
+            "message": ask.worst.message,
+        })
+    return {"verdict": verdict.state, "actions": actions}
+
+
 def render_verdict(findings: list[Finding], subjects: dict[int, str], *, width: int, verbose: bool,
                    color: bool) -> list[str]:
+    import click  # only the table colours it
+
     verdict = judge(findings)
     word = click.style(verdict.state, fg=_COLORS[verdict.state], bold=True) if color else verdict.state
     real = [a for a in verdict.asks if a.action != NOT_JUDGED]
