@@ -23,82 +23,52 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent import sdnotify
-from agent.config import Config, load_config
-from agent.credentials import BmcOptions, read_password_file
+from agent.config import Config
+from agent.credentials import BmcOptions
+from agent.daemon_config import (
+    DEFAULT_INTERVALS,
+    DEFAULT_LISTEN,
+    DEFAULT_TIMEOUTS,
+    DaemonSettings,
+    FileWatch,
+    Judging,
+    ReloadStatus,
+    daemon_settings,
+    first_judging,
+    load_judging,
+    parse_listen,
+    with_waivers,
+)
 from agent.engine import AuditRequest, choose_profile, evaluate
-from agent.errors import ConfigError, NodewardenError
-from agent.facts import BmcFacts, HostFacts, KmsgRecord, NvmlFacts
-from agent.metrics import Exposition, MetricsServer, NodeMetrics, ServerSettings, freshness_families
+from agent.errors import NodewardenError
+from agent.facts import Baseline, BmcFacts, HostFacts, KmsgRecord, NvmlFacts
+from agent.metrics import Exposition, MetricsServer, NodeMetrics, freshness_families, reload_families
 from agent.model import SourceStatus, Status, Unknown, Unsupported
 from agent.node import NodeSource, open_node
 from agent.profiles import ProfileStore
 from agent.report.model import Report
 from agent.report.prom import render_families
-from agent.sources.baseline import load_node_baseline
 from agent.sources.deadline import DeadlineExceeded, call_with_deadline
 from agent.sources.host import read_sysctls
 from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower, boot_start
-from agent.sources.registry import HOST, SOURCES, polls
+from agent.sources.registry import HOST, SOURCES
 from agent.sources.source import PENDING, PollResult, ReadOptions, Source
 from agent.sources.xid import parse_xid
 
+# Moved to agent.daemon_config, still importable from here.
+__all__ = ["DEFAULT_INTERVALS", "DEFAULT_LISTEN", "DEFAULT_TIMEOUTS", "Daemon", "DaemonSettings", "PollResult",
+           "SourcePoller", "daemon_settings", "parse_listen"]
 log = logging.getLogger("nodewarden.daemon")
 
-DEFAULT_LISTEN = ("127.0.0.1", 9847)
-# Seconds, each source's own (agent.sources.registry). NVML reads every GPU fact in one pass of cheap
-# driver calls, so its fast interval covers configuration too.
-DEFAULT_INTERVALS = {poll.name: poll.interval_s for poll in polls()}
-DEFAULT_TIMEOUTS = {poll.name: poll.timeout_s for poll in polls()}
 EVALUATE_AT_MOST_EVERY_S = 1.0
 # The first evaluation waits for these pollers only (fast, local); a slow or hung BMC shows as
 # pending until it answers instead of holding back every other finding.
 FIRST_PUBLISH_POLLERS = ("host", "nvml")
 FIRST_PUBLISH_GRACE_S = 1.0  # how long the first publish waits for the other pollers at most
-
-
-@dataclass(frozen=True)
-class DaemonSettings:
-    server: ServerSettings = field(default_factory=ServerSettings)
-    intervals: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_INTERVALS))
-    timeouts: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIMEOUTS))
-    auto_apply: bool = False
-    auto_apply_interval_s: float = 300.0
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"listen address must be HOST:PORT, got {text!r}")
-    return host, int(port)
-
-
-def daemon_settings(config: Config, listen: str | None) -> DaemonSettings:
-    """Settings from the config's `daemon:` section; --listen wins over it."""
-    section = config.daemon
-    host, port = parse_listen(listen or section.get("listen") or f"{DEFAULT_LISTEN[0]}:{DEFAULT_LISTEN[1]}")
-    cert, key = section.get("tls_cert_file"), section.get("tls_key_file")
-    if bool(cert) != bool(key):
-        raise ConfigError("daemon: tls_cert_file and tls_key_file go together", path=str(config.path),
-                          line=config.daemon_lines.get("tls_cert_file") or config.daemon_lines.get("tls_key_file"))
-    user, password_file = section.get("basic_auth_user"), section.get("basic_auth_password_file")
-    if bool(user) != bool(password_file):
-        raise ConfigError("daemon: basic_auth_user and basic_auth_password_file go together", path=str(config.path),
-                          line=config.daemon_lines.get("basic_auth_user"))
-    password = read_password_file(Path(password_file)) if password_file else None
-    return DaemonSettings(
-        server=ServerSettings(host=host, port=port, tls_cert=Path(cert) if cert else None,
-                              tls_key=Path(key) if key else None, user=user, password=password),
-        intervals={**DEFAULT_INTERVALS, **section.get("intervals", {})},
-        timeouts={**DEFAULT_TIMEOUTS, **section.get("timeouts", {})},
-        auto_apply=bool(section.get("auto_apply", False)),
-        auto_apply_interval_s=float(section.get("auto_apply_interval_s", 300.0)),
-    )
 
 
 class SourcePoller:
@@ -179,11 +149,15 @@ def _failure(result: PollResult) -> list[tuple[str, bool, str | None]]:
 class Daemon:
     def __init__(self, request: AuditRequest, settings: DaemonSettings, config_path: Path | None,
                  listen_override: str | None, cli_bmc: Callable[[Config], BmcOptions]) -> None:
-        self.request = request
-        self.settings = settings
         self._config_path, self._listen_override, self._cli_bmc = config_path, listen_override, cli_bmc
-        self.store = ProfileStore(request.config.profile_dirs, request.config.overrides_file)
         self.node: NodeSource = open_node(request)
+        # Config, profiles, waivers and baseline: replaced whole by a reload that worked (agent.daemon_config).
+        self._judging: Judging = first_judging(request, settings, self.node)
+        self.reload_status = ReloadStatus()
+        self._watch = FileWatch()
+        self._judging_ok = True  # the last evaluation ran: only then may a poll confirm its findings
+        self._judged_on = dt.date.today()
+        self._watched_files()  # the files as they were loaded: a later change is news
         self.stop = threading.Event()
         self._reload = threading.Event()
         self._changed = threading.Event()
@@ -199,13 +173,28 @@ class Daemon:
         self._source_state: dict[str, bool] = {}
         self._last_auto_apply = 0.0
         self._auto_apply_thread: threading.Thread | None = None
-        self.baseline = load_node_baseline(self.node, request.config)  # again on SIGHUP
         self._nvml: Any = None  # the NVML poller's NvmlSession, opened at its first read
         self.pollers = self._make_pollers()
         self.kmsg = self._make_follower()
         self._last_published: dict[str, float] = {}
         self._confirmed_at = 0.0  # when the facts were last judged or last confirmed unchanged
         self.server = MetricsServer(settings.server, lambda: self._body, self._freshness)
+
+    @property
+    def request(self) -> AuditRequest:
+        return self._judging.request
+
+    @property
+    def settings(self) -> DaemonSettings:
+        return self._judging.settings
+
+    @property
+    def store(self) -> ProfileStore:
+        return self._judging.store
+
+    @property
+    def baseline(self) -> Baseline | Unknown:
+        return self._judging.baseline
 
     # --- sources -------------------------------------------------------------------------------
 
@@ -300,8 +289,10 @@ class Daemon:
         if previous is not None and result.value is not None and result.value == previous.value and (
                 _outcome(previous) == _outcome(result)):
             # The same facts again (a steady node): nothing to judge or re-render; the per-scrape
-            # timestamps say they were confirmed.
-            self._confirmed_at = max(self._confirmed_at, result.finished_at)
+            # timestamps say they were confirmed. Only after an evaluation that ran: findings of
+            # a judging that stopped are never called fresh (nodewarden_audit_timestamp_seconds).
+            if self._judging_ok:
+                self._confirmed_at = max(self._confirmed_at, result.finished_at)
             return
         # A source that keeps failing the same way brings no news: judging again would only cost
         # CPU that scrapes need (a hung BMC fails every poll).
@@ -331,14 +322,15 @@ class Daemon:
             sources["kmsg"] = SourceStatus("kmsg", ok=False, configured=False, error="not in snapshot")
         return facts["host"], facts["nvml"], facts["bmc"], sources
 
-    def evaluate(self) -> Report:
+    def evaluate(self, judging: Judging | None = None) -> Report:
+        """The cached facts judged by `judging` (default: the running one; a reload tries its new one)."""
+        judging = judging or self._judging
         host, nvml, bmc, sources = self._sources_now()
         kmsg = self.kmsg.snapshot() if self.kmsg is not None else Unsupported("the snapshot holds no kernel log")
         started = dt.datetime.now(dt.timezone.utc)
-        report = evaluate(self.request, self.store, self.node, host, nvml, kmsg, bmc, sources, started, 0.0,
-                          baseline=self.baseline)
-        profile = self.store.profile(report.profile)
-        self._sysctl_keys = tuple(profile.sysctl_keys)
+        report = evaluate(judging.request, judging.store, self.node, host, nvml, kmsg, bmc, sources, started, 0.0,
+                          baseline=judging.baseline, waivers=judging.waivers)
+        self._sysctl_keys = tuple(judging.store.profile(report.profile).sysctl_keys)
         return report
 
     def publish(self, report: Report) -> None:
@@ -360,7 +352,11 @@ class Daemon:
         with self._lock:
             last = {source: (self._last_success.get(source, 0.0) if source != "kmsg" or self.kmsg is None
                              else self.kmsg.last_read_s) for source in self._last_published}
-        return render_families(freshness_families(last, self._confirmed_at)) if self._report is not None else b""
+        status = self.reload_status
+        families = reload_families(status.ok, status.last_success_s, status.failed_file)
+        if self._report is not None:
+            families = [*freshness_families(last, self._confirmed_at), *families]
+        return render_families(families)
 
     def log_changes(self, report: Report) -> None:
         # A finding that is unknown only because its source's first read is still running is not
@@ -444,26 +440,63 @@ class Daemon:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def reload(self) -> None:
-        """SIGHUP: config, profiles and waivers again; a bad config keeps the running one."""
+        """SIGHUP: config, profiles, waivers and baseline again, adopted only whole and only if they judge
+        the cached facts; otherwise the running ones keep judging and /metrics says the reload failed."""
+        profile = self._report.profile if self._report is not None else None
         try:
-            config = load_config(self._config_path)
-            settings = daemon_settings(config, self._listen_override)
-            store = ProfileStore(config.profile_dirs, config.overrides_file)
-            store.profile(self.request.profile) if self.request.profile not in (None, "auto") else None
-            request = dataclasses.replace(self.request, config=config, bmc=self._cli_bmc(config))
+            judging = load_judging(self._judging, self._config_path, self._listen_override, self._cli_bmc,
+                                   self.node, profile)
+            if self._report is not None:
+                self.evaluate(judging)  # a profile that no longer matches or builds fails here, not later
         except NodewardenError as exc:
-            log.error("reload failed, keeping the running configuration: %s", exc,
-                      extra={"fields": {"event": "reload", "ok": False, "error": str(exc)}})
+            self._reload_failed(exc, whole=True, default=self.request.config.path)
             return
+        settings = judging.settings
         if settings.server != self.settings.server:
             log.warning("the listen address, TLS and basic-auth settings take effect at the next restart",
                         extra={"fields": {"event": "reload", "restart_needed": True}})
             settings = dataclasses.replace(settings, server=self.settings.server)
-        self.request, self.settings, self.store = request, settings, store
-        self.baseline = load_node_baseline(self.node, config)
-        log.info("reloaded %s", config.path or "the default configuration",
-                 extra={"fields": {"event": "reload", "ok": True}})
+            judging = dataclasses.replace(judging, settings=settings)
+        self._reloaded(judging, str(judging.request.config.path or "the default configuration"))
+
+    def _reload_waivers(self) -> None:
+        """The waivers file changed (no SIGHUP): read it again, as evaluations used to at every run."""
+        try:
+            judging = with_waivers(self._judging)
+        except NodewardenError as exc:
+            self._reload_failed(exc, whole=False, default=self.request.config.waivers_file)
+            return
+        self._reloaded(judging, str(judging.request.config.waivers_file))
+
+    def _reload_failed(self, exc: NodewardenError, whole: bool, default: Path | None) -> None:
+        self.reload_status.failed(exc, whole, str(default or ""))
+        log.error("reload failed, keeping the last good configuration: %s", exc,
+                  extra={"fields": {"event": "reload", "ok": False, "error": str(exc),
+                                    "file": self.reload_status.failed_file}})
+        self._watched_files()  # what failed is what is watched for its fix from now on
+
+    def _reloaded(self, judging: Judging, what: str) -> None:
+        self._judging = judging
+        self.reload_status.succeeded()
+        log.info("reloaded %s", what, extra={"fields": {"event": "reload", "ok": True}})
+        self._watched_files()
         self._changed.set()
+
+    def _watched_files(self) -> bool:
+        """Whether the waivers file, or the file a failed reload named, changed since last asked."""
+        paths = [p for p in (self.request.config.waivers_file, self.reload_status.failed_file) if p]
+        return self._watch.changed([Path(p) for p in dict.fromkeys(str(p) for p in paths)])
+
+    def _check_files(self) -> None:
+        """Each loop turn: a watched file that changed is read again; a new day re-judges waiver expiry."""
+        if self._watched_files():
+            if self.reload_status.whole:
+                self.reload()  # the SIGHUP that failed, again now that its file changed
+            else:
+                self._reload_waivers()
+        if dt.date.today() != self._judged_on:
+            self._judged_on = dt.date.today()
+            self._changed.set()
 
     def _on_hup(self, *_: Any) -> None:
         self._reload.set()
@@ -501,6 +534,8 @@ class Daemon:
                 sdnotify.notify("RELOADING=1")
                 self.reload()
                 sdnotify.notify("READY=1")
+            else:
+                self._check_files()
             if self._collected(started) and self._changed.is_set() and (
                     time.monotonic() - last_evaluation >= EVALUATE_AT_MOST_EVERY_S):
                 self._changed.clear()
@@ -541,8 +576,10 @@ class Daemon:
         try:
             report = self.evaluate()
         except NodewardenError as exc:  # e.g. a profile that stopped matching: keep the last metrics
+            self._judging_ok = False  # their timestamp stops until checks run again
             log.error("evaluation failed: %s", exc, extra={"fields": {"event": "evaluate", "error": str(exc)}})
             return
+        self._judging_ok = True
         self.publish(report)
         self.log_changes(report)
         self.maybe_auto_apply(report)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from agent.facts import (
 )
 from agent.host_parts import mask_missing_parts
 from agent.matching import Identity, Selection, identify, identify_bmc, select
-from agent.model import Evidence, Finding, SourceStatus, Unknown
+from agent.model import Evidence, Finding, SourceStatus, Unknown, Waiver
 from agent.node import (
     EVIDENCE_REFS_MAX,
     NodeSource,
@@ -59,6 +59,7 @@ NVML_SOURCES = ("nvml",)  # cross-checks use whichever views the other checks ne
 BMC_SOURCES = ("bmc",)
 NOT_IN_BMC_AUDIT = "not in this audit (BMC only)"
 NOT_NEEDED = "not needed by the selected checks"
+NO_GPU_NOT_NEEDED = "no NVIDIA GPU on PCI and no NVIDIA driver: not needed"
 
 
 @dataclass
@@ -172,7 +173,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         sources.update(read)
     else:
         nvml = NVML.absent("not read: no selected check needs NVML")
-        sources.update(NVML.not_read(NOT_NEEDED))
+        sources.update(NVML.not_needed(NOT_NEEDED))
 
     store = store or ProfileStore(config.profile_dirs, config.overrides_file)
     profile = choose_profile(request, store, host, nvml)[0]
@@ -195,7 +196,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
         sources.update(read)
     else:
         bmc = BMC.absent("not read: no selected check needs the BMC")
-        sources.update(BMC.not_read(NOT_NEEDED))
+        sources.update(BMC.not_needed(NOT_NEEDED))
     from agent.sources.baseline import load_node_baseline
 
     baseline = load_node_baseline(node, config)
@@ -231,6 +232,21 @@ def _bind(request: AuditRequest, store: ProfileStore, host: HostFacts, nvml: Nvm
     return sources, binding, alone
 
 
+def needed_sources(sources: dict[str, SourceStatus], selection: Selection, host: HostFacts,
+                   ) -> dict[str, SourceStatus]:
+    """The one rule for which sources the judged node needs; the audit and the daemon both judge through it.
+
+    A host with positive evidence of no NVIDIA GPU (PCI read and lists none, no driver: profile
+    no-nvidia-gpu) has nothing for NVML to say, so NVML failing there is "not needed", never a source
+    down (no `nodewarden_source_up{source="nvml"}` series, no NodewardenSourceDown on a jump host).
+    """
+    nvml = sources.get("nvml")
+    no_gpu_on_pci = isinstance(host.nvidia_gpus, tuple) and not host.nvidia_gpus
+    if nvml is None or nvml.ok or not nvml.configured or selection.how != "no_gpu" or not no_gpu_on_pci:
+        return sources
+    return {**sources, **NVML.not_needed(f"{NO_GPU_NOT_NEEDED} ({nvml.error})")}
+
+
 def choose_profile(request: AuditRequest, store: ProfileStore, host: HostFacts,
                    nvml: NvmlFacts | Unknown, bmc: BmcFacts | None = None) -> tuple[Profile, Selection, Identity]:
     """The profile the request names (or the config does), else the one the hardware matches.
@@ -248,13 +264,17 @@ def choose_profile(request: AuditRequest, store: ProfileStore, host: HostFacts,
 def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host: HostFacts,
              nvml: NvmlFacts | Unknown, kmsg: tuple[KmsgRecord, ...] | Unknown, bmc: BmcFacts | Unknown,
              sources: dict[str, SourceStatus], started: dt.datetime, read_s: float,
-             baseline: Baseline | Unknown = NO_BASELINE) -> Report:
-    """Facts already read -> checks -> waivers -> report. The daemon calls this on its cached facts."""
+             baseline: Baseline | Unknown = NO_BASELINE, waivers: Sequence[Waiver] | None = None) -> Report:
+    """Facts already read -> checks -> waivers -> report. The daemon calls this on its cached facts.
+
+    `waivers`: already loaded (the daemon keeps its last good ones); None reads the config's file.
+    """
     t0 = time.monotonic()
     config = request.config
     sources, binding, bmc_alone = _bind(request, store, host, nvml, bmc, sources)
     profile, selection, identity = choose_profile(request, store, host, nvml,
                                                   bmc if bmc_alone and isinstance(bmc, BmcFacts) else None)
+    sources = needed_sources(sources, selection, host)
     xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
     facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, bmc=bmc,
                       observed_at=observed_at(node, started), baseline=baseline, profile_match=ProfileMatch(
@@ -269,9 +289,10 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
     if selection.how == "no_gpu" or bmc_alone:  # not a GPU node / a BMC alone: the audit itself and the BMC
         runnable = [c for c in runnable if c.id in ALWAYS_CHECKS or c.source in BMC_SOURCES or "bmc" in c.reads]
     findings = run_checks(runnable, facts, profile)
-    if config.waivers_file is not None:
-        findings = apply_waivers(findings, load_waivers(config.waivers_file, (c.id for c in all_checks())),
-                                 request.today or dt.date.today())
+    if waivers is None and config.waivers_file is not None:
+        waivers = load_waivers(config.waivers_file, (c.id for c in all_checks()))
+    if waivers:
+        findings = apply_waivers(findings, list(waivers), request.today or dt.date.today())
     return Report(
         node=bmc_node_info(bmc, node, identity) if bmc_alone and isinstance(bmc, BmcFacts) else {
             **node_info(host, node), "bmc_binding": binding.state},

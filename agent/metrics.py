@@ -1,4 +1,4 @@
-"""The daemon's /metrics: families built from cached facts, and the HTTP server that serves them.
+"""The daemon's /metrics: families built from cached facts (the server: agent.metrics_server).
 
 Nothing here reads hardware. The daemon builds the exposition once per
 evaluation (`NodeMetrics.render`) and the server hands those bytes out, with
@@ -8,34 +8,21 @@ the same whether the BMC answers or hangs. Names: docs/metrics.md.
 
 from __future__ import annotations
 
-import base64
-import hmac
 import logging
-import socket
-import ssl
-import threading
-import time
-import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.gc_collector import GCCollector
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
 
-from agent.credentials import Secret
-from agent.errors import NodewardenError
 from agent.facts import BmcFacts, NvmlFacts
+
+# The server lives in agent.metrics_server (issue 21); re-exported for the daemon and older imports.
+from agent.metrics_server import Exposition, MetricsServer, ServerSettings
 from agent.model import Unknown
 from agent.report.model import Report
 from agent.report.prom import render_families, report_families
 
+__all__ = ["Exposition", "MetricsServer", "ServerSettings"]  # re-exported; the names defined here are public too
 log = logging.getLogger(__name__)
 # PSU and fan health codes, ordered by badness (max() is the worst); docs/metrics.md.
 HEALTH_CODES = {"ok": 0, "absent": 1, "unknown": 2, "warning": 3, "critical": 4}
@@ -106,9 +93,30 @@ def last_success_family(last_success: dict[str, float]) -> Metric:
 def freshness_families(last_success: dict[str, float], confirmed_at: float) -> list[Metric]:
     """What changes with every poll even when the facts do not: served per scrape by the daemon."""
     audited = GaugeMetricFamily("nodewarden_audit_timestamp_seconds",
-                                "When the checks last ran or their facts were last confirmed unchanged (Unix time)")
+                                "When the checks last ran, or a poll confirmed their facts unchanged since they "
+                                "ran (Unix time); it stops while evaluations fail")
     audited.add_metric([], confirmed_at)
     return [last_success_family(last_success), audited]
+
+
+def reload_families(ok: bool, last_success_s: float, failed_file: str | None) -> list[Metric]:
+    """How the daemon's last configuration reload went (as Prometheus' own `_config_last_reload_*`).
+
+    A reload that fails keeps the last good configuration judging; these say so, and which file to fix.
+    """
+    success = GaugeMetricFamily("nodewarden_config_reload_success",
+                                "1 if the last configuration reload worked, 0 if it failed (the last good "
+                                "configuration is still judging)")
+    success.add_metric([], 1 if ok else 0)
+    stamp = GaugeMetricFamily("nodewarden_config_last_reload_success_timestamp_seconds",
+                              "Unix time of the last configuration load that worked (the start's included)")
+    stamp.add_metric([], last_success_s)
+    failure = GaugeMetricFamily("nodewarden_config_reload_failure_info",
+                                "1 for the file the failing reload could not use (only while it fails)",
+                                labels=["file"])
+    if not ok:
+        failure.add_metric([failed_file or ""], 1)
+    return [success, stamp, failure]
 
 
 def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
@@ -262,199 +270,3 @@ def xid_family(counts: dict[tuple[str, int], int], nvml: NvmlFacts | None, pci_g
     for (address, xid), count in sorted(counts.items()):
         family.add_metric([index_of.get(address, address), str(xid)], count)
     return family
-
-
-# --- the server ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    host: str = "127.0.0.1"
-    port: int = 9847
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    user: str | None = None
-    password: Secret | None = None
-
-
-class Exposition:
-    """The metrics text, and its gzip form compressed once: a scrape only compresses its own tail.
-
-    The compressor is flushed (Z_SYNC_FLUSH) after the bulk, and each scrape continues a copy
-    of it with the per-scrape process metrics, so the response is one ordinary gzip stream
-    (curl and others do not read concatenated gzip members).
-    """
-
-    def __init__(self, plain: bytes) -> None:
-        self.plain = plain
-        self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip header and trailer
-        self._prefix = self._compressor.compress(plain) + self._compressor.flush(zlib.Z_SYNC_FLUSH)
-
-    def gzip_with(self, tail: bytes) -> bytes:
-        compressor = self._compressor.copy()
-        return self._prefix + compressor.compress(tail) + compressor.flush()
-
-
-class _ProcessMetrics:
-    """prometheus-client's process, platform and GC metrics, rendered at most once a second."""
-
-    def __init__(self) -> None:
-        self._registry = CollectorRegistry(auto_describe=False)
-        ProcessCollector(registry=self._registry)
-        PlatformCollector(registry=self._registry)
-        GCCollector(registry=self._registry)
-        self._lock = threading.Lock()
-        self._cached: tuple[float, Exposition | None, bytes, bytes] = (0.0, None, b"", b"")
-
-    def response(self, body: Exposition, compressed: bool, tail: Callable[[], bytes] = bytes) -> bytes:
-        with self._lock:
-            made, for_body, plain, packed = self._cached
-            if for_body is not body or time.monotonic() - made >= 1.0:
-                process = tail() + generate_latest(self._registry)
-                plain, packed = body.plain + process, body.gzip_with(process)
-                self._cached = (time.monotonic(), body, plain, packed)
-        return packed if compressed else plain
-
-
-MAX_CONNECTIONS = 32  # served at once; a few Prometheus servers and curl need a handful
-FIRST_REQUEST_TIMEOUT_S = 2.0  # from connect to a complete first request (TLS handshake included)
-IDLE_TIMEOUT_S = 10.0  # between requests on a keep-alive connection
-
-
-class _Server(ThreadingHTTPServer):
-    """One thread per connection, but never more than MAX_CONNECTIONS: 200 half-open sockets from a
-    scanner or a misbehaving client must not become 200 threads. Over the cap a connection is closed
-    at once; the cap's slots come back as handlers finish or time out (IDLE_TIMEOUT_S)."""
-
-    daemon_threads = True
-    request_queue_size = 128  # 20 scrapers connecting at once must not overflow the backlog (default 5)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.tls: ssl.SSLContext | None = None
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            if self.tls is not None:
-                # The handshake runs here, bounded, not in accept(): a client that connects and
-                # never says hello would otherwise stall the accept loop for every scraper.
-                request.settimeout(FIRST_REQUEST_TIMEOUT_S)
-                request = self.tls.wrap_socket(request, server_side=True)
-            super().process_request_thread(request, client_address)
-        except (OSError, ssl.SSLError):
-            self.shutdown_request(request)
-        finally:
-            self.slots.release()
-
-
-class MetricsServer:
-    """A threaded HTTP(S) server for /metrics; optional basic auth. Never blocks on the daemon."""
-
-    def __init__(self, settings: ServerSettings, body: Callable[[], Exposition],
-                 tail: Callable[[], bytes] = bytes) -> None:
-        """`body()` returns the exposition made at the last evaluation."""
-        self.settings = settings
-        self._body = body
-        self._tail = tail  # rendered with the process metrics, at most once a second
-        self._process = _ProcessMetrics()
-        try:
-            self._httpd = _Server((settings.host, settings.port), self._handler())
-        except OSError as exc:
-            raise NodewardenError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}") from None
-        self._httpd.daemon_threads = True
-        if settings.tls_cert is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.minimum_version = ssl.TLSVersion.TLSv1_2
-            context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key) if settings.tls_key else None)
-            self._httpd.tls = context  # wrapped per connection, in its handler thread
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="metrics-http", daemon=True)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self._httpd.server_address[:2]
-        return str(host), int(port)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def _authorized(self, header: str | None) -> bool:
-        settings = self.settings
-        if settings.user is None or settings.password is None:
-            return True
-        if not header or not header.startswith("Basic "):
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        # Compare both in constant time, always both (no early exit on the user name).
-        user_ok = hmac.compare_digest(user.encode(), settings.user.encode())
-        password_ok = hmac.compare_digest(password.encode(), settings.password.reveal().encode())
-        return user_ok and password_ok
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            server_version = "nodewarden"
-            sys_version = ""
-            protocol_version = "HTTP/1.1"  # keep-alive for Prometheus' persistent connections
-            timeout = FIRST_REQUEST_TIMEOUT_S  # a silent or trickling client frees its slot quickly
-
-            def handle(self) -> None:
-                self.close_connection = True
-                self.handle_one_request()
-                self.connection.settimeout(IDLE_TIMEOUT_S)  # Prometheus keeps its connection between scrapes
-                while not self.close_connection:
-                    self.handle_one_request()
-
-            def setup(self) -> None:
-                super().setup()
-                # Headers and body go out in two writes; without NODELAY, Nagle and the client's
-                # delayed ACK add ~40 ms to every scrape.
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def do_GET(self) -> None:
-                if not server._authorized(self.headers.get("Authorization")):
-                    self._send(401, b"authentication required\n", "text/plain; charset=utf-8",
-                               {"WWW-Authenticate": 'Basic realm="nodewarden"'})
-                    return
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    compressed = "gzip" in self.headers.get("Accept-Encoding", "")
-                    payload = server._process.response(server._body(), compressed, server._tail)
-                    self._send(200, payload, CONTENT_TYPE_LATEST, {"Content-Encoding": "gzip"} if compressed else None)
-                elif path in ("/", "/-/healthy"):
-                    self._send(200, b"nodewarden: metrics at /metrics\n", "text/plain; charset=utf-8")
-                else:
-                    self._send(404, b"not found\n", "text/plain; charset=utf-8")
-
-            def _send(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("http %s", format % args)  # the request line only; headers are never logged
-
-        return Handler

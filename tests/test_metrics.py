@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import socket
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -11,10 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from agent import metrics_server
 from agent.config import Config
 from agent.engine import AuditRequest, run_audit
 from agent.fleet.prometheus import STATUS_OF_CODE
 from agent.metrics import HEALTH_CODES, NodeMetrics
+from agent.metrics_server import MAX_HEAD_BYTES, Exposition, MetricsServer, ServerSettings
 from agent.model import Finding, Status, Waiver
 from agent.report.model import Report
 from agent.report.prom import PASSING, STATUS_CODES, render_families, render_prom, render_with_client, report_families
@@ -120,3 +124,59 @@ def test_psu_and_fan_health_is_one_series_per_item(reports: dict[str, Report]) -
     fans = [s for s in families["nodewarden_fan_health"].samples]
     assert len(fans) == len({s.labels["fan"] for s in fans}) == 12 and {s.value for s in fans} == {0}
     assert list(HEALTH_CODES) == ["ok", "absent", "unknown", "warning", "critical"]  # ordered by badness
+
+
+# ---- issue 21, item 6: the server bounds every request (the attacks: tests/attacks/test_metrics_slowloris.py) ----
+
+def _serving(monkeypatch: pytest.MonkeyPatch, deadline_s: float) -> MetricsServer:
+    monkeypatch.setattr(metrics_server, "REQUEST_DEADLINE_S", deadline_s)
+    server = MetricsServer(ServerSettings(port=0), lambda: Exposition(b"up 1\n"))
+    server.start()
+    return server
+
+
+def _read_all(sock: socket.socket, within_s: float) -> bytes:
+    sock.settimeout(within_s)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_request_head_over_the_cap_is_refused_and_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _serving(monkeypatch, 5.0)
+    try:
+        with socket.create_connection(server.address, timeout=5) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES + 100) + b"\r\n\r\n")
+            answer = _read_all(sock, 5)  # ends: the server closed the connection
+        assert answer.startswith(b"HTTP/1.1 431 ")
+        with socket.create_connection(server.address, timeout=5) as sock:  # and a normal scrape still works
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = _read_all(sock, 5)
+        assert answer.startswith(b"HTTP/1.1 200 ") and b"\r\n\r\nup 1\n" in answer
+    finally:
+        server.stop()
+
+
+def test_a_trickling_request_is_cut_at_the_total_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _serving(monkeypatch, 1.0)
+    try:
+        with socket.create_connection(server.address, timeout=5) as sock:
+            start = time.monotonic()
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+            closed_after = None
+            while time.monotonic() - start < 5:
+                try:
+                    sock.sendall(b"a")  # a byte every 0.2 s: no single read ever waits long
+                    sock.settimeout(0.2)
+                    if sock.recv(1) == b"":
+                        closed_after = time.monotonic() - start
+                        break
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed_after = time.monotonic() - start
+                    break
+        assert closed_after is not None and 0.9 <= closed_after < 2.0, closed_after
+    finally:
+        server.stop()

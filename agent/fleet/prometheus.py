@@ -5,22 +5,33 @@ node is an `instance` (its port dropped). Messages and observed values are
 not in Prometheus, so finding rows carry the check and subject only, and only
 for findings that do not pass: a passing or skipped finding is a count in
 `nodewarden_checks{check,status}`, not a series of its own (docs/metrics.md).
+
+Prometheus is read as hostile input: all queries share one total deadline (a
+server that trickles a byte at a time never trips a per-read timeout, so a
+timer cuts the socket at the deadline), and each answer is capped in bytes
+before it is parsed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import http.client
 import re
-import urllib.error
+import socket
+import threading
+import time
 import urllib.parse
-import urllib.request
 from collections import Counter, defaultdict
 from typing import Any
 
 from agent.fleet.records import BASELINE_CHECK, FindingRow, FleetInputError, NodeSummary
 from agent.jsonfile import load_json_bytes
 
-MAX_ANSWER_BYTES = 1 << 30  # one instant query over 20,000 nodes' check series is ~1 GB at worst
+# One query's answer. ~250 bytes a series and ~50 series a node in the largest query: 128 MiB holds
+# ~10,000 nodes; parsed, it takes several times that. Larger fleets raise it (--prometheus-max-mb).
+MAX_ANSWER_BYTES = 128 << 20
+TOTAL_TIMEOUT_S = 300.0  # all queries together; Prometheus' own per-query limit is 2 min
 
 # nodewarden_check_status's value -> status (agent.report.prom.STATUS_CODES; a test keeps them equal).
 STATUS_OF_CODE = {0: "pass", 1: "skip", 2: "fixed", 3: "warn", 4: "unknown", 5: "fail"}
@@ -38,14 +49,59 @@ QUERIES = {
 }
 
 
-def _query(base: str, expr: str, timeout_s: float) -> list[dict[str, Any]]:
-    url = f"{base.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def _cut(conn: http.client.HTTPConnection) -> None:
+    """The deadline passed: shut the socket so a blocked read returns at once (from the timer thread)."""
+    sock = conn.sock
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _fetch(base: str, expr: str, deadline: float, max_bytes: int) -> bytes:
+    """One query's answer, read in bounded chunks; raises FleetInputError past the deadline or the cap."""
+    parts = urllib.parse.urlsplit(base)
+    target = f"{parts.path.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname or "", parts.port, timeout=remaining)
+    timer = threading.Timer(remaining, _cut, (conn,))
+    timer.daemon = True
+    timer.start()
     try:
-        with opener.open(url, timeout=timeout_s) as response:
-            body = load_json_bytes(response.read(MAX_ANSWER_BYTES + 1), what=f"Prometheus at {base}",
-                                   max_bytes=MAX_ANSWER_BYTES, max_depth=16)
-    except (OSError, ValueError) as exc:
+        conn.request("GET", target, headers={"Accept": "application/json"})
+        response = conn.getresponse()
+        body = bytearray()
+        while chunk := response.read1(1 << 16):
+            body += chunk
+            if len(body) > max_bytes:
+                raise FleetInputError(f"Prometheus at {base} answered more than {max_bytes >> 20} MiB for {expr} "
+                                      "(raise --prometheus-max-mb for a larger fleet)")
+        if time.monotonic() >= deadline:
+            raise TimeoutError
+        if response.length:  # the connection ended before Content-Length
+            raise ValueError(f"answer cut short ({response.length} bytes missing)")
+        if response.status != 200 and not body.lstrip().startswith(b"{"):
+            raise ValueError(f"HTTP {response.status} {response.reason}")
+        return bytes(body)
+    except (OSError, http.client.HTTPException):
+        if time.monotonic() >= deadline:
+            raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
+
+
+def _query(base: str, expr: str, deadline: float, max_bytes: int, timeout_s: float) -> list[dict[str, Any]]:
+    try:
+        body = load_json_bytes(_fetch(base, expr, deadline, max_bytes), what=f"Prometheus at {base}",
+                               max_bytes=max_bytes, max_depth=16)
+    except TimeoutError:
+        raise FleetInputError(f"Prometheus at {base} did not answer all queries within {timeout_s:g} s "
+                              "(--prometheus-timeout)") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         raise FleetInputError(f"cannot query Prometheus at {base}: {exc}") from None
     if not isinstance(body, dict) or body.get("status") != "success":
         raise FleetInputError(f"Prometheus at {base} answered {str(body)[:200]}")
@@ -68,10 +124,13 @@ def _count(sample: dict[str, Any]) -> int:
         return -1
 
 
-def read_prometheus(base: str, keep_rows: bool = False, timeout_s: float = 30.0) -> list[NodeSummary]:
-    if not re.match(r"^https?://", base):
+def read_prometheus(base: str, keep_rows: bool = False, timeout_s: float = TOTAL_TIMEOUT_S,
+                    max_bytes: int = MAX_ANSWER_BYTES) -> list[NodeSummary]:
+    """The fleet from Prometheus: every query within `timeout_s` in total, each answer at most `max_bytes`."""
+    if not re.match(r"^https?://[^/]", base):
         raise FleetInputError(f"--prometheus takes an http(s) URL, got {base!r}")
-    results = {name: _query(base, expr, timeout_s) for name, expr in QUERIES.items()}
+    deadline = time.monotonic() + timeout_s
+    results = {name: _query(base, expr, deadline, max_bytes, timeout_s) for name, expr in QUERIES.items()}
     waived = {(_node(r["metric"]), r["metric"].get("check"), r["metric"].get("subject")) for r in results["waived"]}
     per_node: dict[str, dict[str, Any]] = defaultdict(lambda: {
         "counts": Counter(), "failing": [], "checks": {}, "firmware": defaultdict(set), "temps": {},

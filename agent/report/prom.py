@@ -99,8 +99,8 @@ def report_families(report: Report, timing: bool = True) -> list[Metric]:
     build.add_metric([__version__], 1)
     last.add_metric([], dt.datetime.fromisoformat(report.started_at).timestamp())
     duration.add_metric([], report.duration_s)
-    return [verdict, status, waived, checks, totals, source_up, source_pending, source_duration, profile, build,
-            *([last] if timing else []), duration]
+    return [status, waived, checks, totals, source_up, source_pending, source_duration, profile, build,
+            *([last] if timing else []), duration, verdict]
 
 
 class FixedCollector(Collector):

@@ -11,6 +11,13 @@ result, if it ever comes, is dropped. Callers that must not start the same
 work again while it is still stuck (the daemon's pollers) keep the thread from
 `DeadlineExceeded.thread` and ask `is_alive()` before the next try.
 
+Abandoning the wait must also stop the *work* where the work is Python (issue
+21: a reader looping over a hostile GPU count ran on, growing, after its
+deadline). So a caller may pass a `Cancel`: at the deadline it is set, and the
+work calls `cancel.check()` between steps (each NVML call, each GPU), which
+raises `Cancelled` and unwinds the thread. Only a step stuck inside C is left
+to finish on its own.
+
 Every deadline thread in the agent goes through `call_with_deadline`: the NVML
 read and its single calls, the daemon's per-source read, the Redfish login.
 """
@@ -24,6 +31,28 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+class Cancelled(Exception):
+    """The caller stopped waiting for this work (its deadline passed): unwind, the result is dropped."""
+
+
+class Cancel:
+    """Set by `call_with_deadline` at the deadline; the work asks `check()` between its steps."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    @property
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise Cancelled("the deadline passed; work stopped")
+
+
 class DeadlineExceeded(TimeoutError):
     """A bounded call did not return in time; `thread` is the worker, still running (abandoned)."""
 
@@ -34,11 +63,13 @@ class DeadlineExceeded(TimeoutError):
         self.thread = thread
 
 
-def call_with_deadline(fn: Callable[..., T], *args: Any, timeout_s: float, name: str) -> T:
+def call_with_deadline(fn: Callable[..., T], *args: Any, timeout_s: float, name: str,
+                       cancel: Cancel | None = None) -> T:
     """`fn(*args)` in a daemon thread named `name`; its result, or its exception re-raised here.
 
     Raises DeadlineExceeded when it has not returned after `timeout_s` seconds;
-    the thread is then left running, never joined (see the module docstring).
+    `cancel` (if given, and checked by `fn`) is set then, so the work stops at its
+    next check; the thread is never joined (see the module docstring).
     """
     result: list[T] = []
     error: list[BaseException] = []
@@ -53,6 +84,8 @@ def call_with_deadline(fn: Callable[..., T], *args: Any, timeout_s: float, name:
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
+        if cancel is not None:
+            cancel.set()
         raise DeadlineExceeded(f"{name} did not return within {timeout_s:g} s", name, timeout_s, thread)
     if error:
         raise error[0]

@@ -28,7 +28,7 @@ from agent.sources.nvml_const import (
     NVLINK_STATE_FIELD,
     RECORD_FORMAT,
 )
-from agent.sources.nvml_facts import field_value
+from agent.sources.nvml_facts import MAX_GPUS, MAX_PROCESSES, field_value
 
 # GPU-scope field key <-> the call it stands for ("NVML_FI_DEV_POWER_AVERAGE:0" <-> nvmlDeviceGetPowerUsage).
 FIELD_CALLS = {f"{name}:{nvml_const.NVML_POWER_SCOPE_GPU}": call for name, call in GPU_POWER_FIELDS.items()}
@@ -120,6 +120,8 @@ class RecordedNvml:
         if not isinstance(self._system, dict) or not isinstance(self._devices, list) or not all(
                 isinstance(d, dict) for d in self._devices):
             raise SnapshotError("`system` must be an object and `devices` a list of objects", path=source)
+        if len(self._devices) > MAX_GPUS:  # bounded before anything loops over them
+            raise SnapshotError(f"{len(self._devices)} devices recorded, more than {MAX_GPUS}", path=source)
         self.calls = 0
         self.calls_per_device: dict[int, int] = {}
 
@@ -130,8 +132,8 @@ class RecordedNvml:
 
     @classmethod
     def from_file(cls, path: Path) -> RecordedNvml:
-        try:  # 8 GPUs record ~40 KB, 5 levels deep
-            data = load_json_file(path, max_bytes=32 << 20, max_depth=32)
+        try:  # 8 GPUs record ~40 KB, 5 levels deep; 8 MB bounds what parsing can allocate
+            data = load_json_file(path, max_bytes=8 << 20, max_depth=32)
         except JsonInputError as exc:  # names the line; says which bound or syntax error
             raise SnapshotError(f"unreadable NVML recording: {exc.message}", path=str(path), line=exc.line) from None
         except OSError as exc:
@@ -308,6 +310,8 @@ class RecordedNvml:
             value = table[key]
         if _is_error_record(value):
             raise self._error(value["error"])
+        if isinstance(value, list) and len(value) > MAX_PROCESSES:  # no NVML list is this long (processes)
+            raise self._error("NVML_ERROR_INSUFFICIENT_SIZE")
         if outs:  # the call fills a structure passed with byref()
             target = outs[0]._obj
             for attr, item in (value or {}).items():
@@ -382,6 +386,7 @@ class RecordingNvml:
     def to_json(self) -> dict[str, Any]:
         count = self.system.get("nvmlDeviceGetCount")
         size = count if isinstance(count, int) else (max(self.devices) + 1 if self.devices else 0)
+        size = max(0, min(size, MAX_GPUS))  # the reader refused more; never a list of 10^8 placeholders
         return {
             "format": RECORD_FORMAT,
             "system": self.system,

@@ -148,6 +148,15 @@ class Source:
     def not_read(self, error: str, configured: bool = False) -> dict[str, SourceStatus]:
         return {name: SourceStatus(name, ok=False, configured=configured, error=error) for name in self.statuses}
 
+    def not_needed(self, why: str) -> dict[str, SourceStatus]:
+        """The statuses of a source the judged node does not need (`agent.engine.needed_sources`).
+
+        Not configured, so never a source down: no `nodewarden_source_up` series, `source.available`
+        says skip with `why`; `detail.needed` False tells it from a source nobody asked for.
+        """
+        return {name: SourceStatus(name, ok=False, configured=False, error=why, detail={"needed": False})
+                for name in self.statuses}
+
     # --- the daemon's view -----------------------------------------------------------------
 
     def polled(self, node: NodeView, bmc: BmcOptions) -> bool:
