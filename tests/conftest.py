@@ -14,8 +14,23 @@ import pytest
 from click.testing import CliRunner
 
 from agent.cli import cli
+from tests.peers import processes
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+# --- peers never outlive the run (tests/peers/processes.py) ------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """atexit and SIGTERM/SIGHUP handlers from the start, in the main thread, before any peer starts."""
+    processes.install_safety_net()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the session's fixtures
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Peers a fixture did not stop (an interrupted or failed run) stop with the session."""
+    processes.stop_all()
 
 
 @dataclass

@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO
 from tests.daemon_peer import running_daemon
+from tests.peers import processes
 from tests.test_monitoring import (
     INSTALL_HINT,
     RULES,
@@ -149,9 +150,9 @@ def scraped(drifted: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     port = free_tcp_port()
     log = workdir / "prometheus.log"
     with log.open("wb") as out:
-        process = subprocess.Popen([tool("prometheus"), f"--config.file={config}",
-                                    f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                                   stdout=out, stderr=subprocess.STDOUT)
+        process = processes.spawn([tool("prometheus"), f"--config.file={config}",
+                                   f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=out, stderr=subprocess.STDOUT)
     server = PromServer(f"http://127.0.0.1:{port}", process, log)
     try:
         deadline = time.monotonic() + 30
@@ -162,8 +163,7 @@ def scraped(drifted: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
         yield server
     finally:
         exporter.shutdown()
-        process.terminate()
-        process.wait(timeout=10)
+        processes.stop(process, timeout_s=10)
 
 
 def _results(server: PromServer, expr: str, at_least: int = 1) -> list[dict[str, Any]]:
@@ -235,9 +235,9 @@ def _alertmanager_binary() -> str:
 def test_alertmanager_inhibits_a_down_nodes_alerts_and_warnings_under_criticals(tmp_path: Path) -> None:
     port = free_tcp_port()
     log = (tmp_path / "alertmanager.log").open("wb")
-    process = subprocess.Popen([_alertmanager_binary(), f"--config.file={ALERTMANAGER_CONFIG}",
-                                f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                                "--cluster.listen-address="], stdout=log, stderr=subprocess.STDOUT)
+    process = processes.spawn([_alertmanager_binary(), f"--config.file={ALERTMANAGER_CONFIG}",
+                               f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                               "--cluster.listen-address="], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/api/v2"
     sent = {
         "down": {"alertname": "NodewardenDaemonDown", "severity": "warning", "job": "nodewarden", "instance": "n1"},
@@ -273,6 +273,5 @@ def test_alertmanager_inhibits_a_down_nodes_alerts_and_warnings_under_criticals(
             time.sleep(0.25)
         assert states == expected
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        processes.stop(process, timeout_s=10)
         log.close()

@@ -18,6 +18,7 @@ import pytest
 
 from agent.fleet import FleetOptions, build_fleet, newest_per_node, summarize_report
 from agent.fleet.prometheus import read_prometheus
+from agent.fleet.render import render_html, render_md
 from tests.conftest import REPO, RunCli
 from tests.daemon_peer import running_daemon
 from tests.test_daemon import prometheus
@@ -62,6 +63,51 @@ def test_skipped_and_waived_findings_never_count_as_failures() -> None:
     (waived,) = fleet["waivers"]
     assert (waived["node"], waived["expiring_soon"]) == ("b", True)  # 6 days out, within 14
     assert [r["node"] for r in fleet["worst_nodes"]] == ["c"]
+
+
+def test_a_waiver_expired_by_the_reports_date_no_longer_waives(run_cli: RunCli, tmp_path: Path) -> None:
+    """Issue 26.4: node reports waived on 2026-12-01, the fleet report made on 2026-12-03."""
+    expired = {"reason": "RMA open", "expires": "2026-12-02"}
+    last_day = {"reason": "BIOS update booked", "expires": "2026-12-03"}  # still valid through its day
+    reports = [
+        report("a", [finding("gpu.ecc.mode", "gpu0", "fail", "critical", waiver=expired),
+                     finding("host.sysctl", "vm.swappiness", "warn", waiver=expired)],
+               started="2026-12-01T10:00:00+00:00"),
+        report("b", [finding("bmc.firmware", "bmc", "fail", waiver=last_day)], started="2026-12-01T10:00:00+00:00"),
+    ]
+    now = "2026-12-03T09:00:00+00:00"
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    for item in reports:
+        (folder / f"{item['node']['hostname']}.json").write_text(json.dumps(item))
+    result = run_cli("fleet", "report", str(folder), "--format", "json", "--now", now)  # workers, as operators run it
+    assert result.code == 0, result.stderr
+    nodes = [summarize_report(r, f"{r['node']['hostname']}.json") for r in reports]
+    direct = build_fleet(nodes, [], [], FleetOptions(now=dt.datetime.fromisoformat(now)))
+    for fleet in (result.json(), direct):
+        by_check = {(w["node"], w["check"]): w for w in fleet["waivers"]}
+        gone = by_check[("a", "gpu.ecc.mode")]
+        assert (gone["expired"], gone["expiring_soon"]) == (True, False)
+        assert (by_check[("b", "bmc.firmware")]["expired"], by_check[("b", "bmc.firmware")]["expiring_soon"]) == (
+            False, True)
+        assert [w["expired"] for w in fleet["waivers"]] == [True, True, False]  # expired listed first
+        summary = fleet["summary"]
+        assert (summary["waivers_expired"], summary["waivers_expiring_soon"]) == (2, 1)
+        # The expired waiver's findings count again: a fails its critical check, b stays waived.
+        assert summary["compliant"] == 1 and summary["failing_findings_by_severity"]["critical"] == 1
+        nodes_by_name = {n["node"]: n for n in fleet["nodes"]}
+        assert (nodes_by_name["a"]["compliant"], nodes_by_name["a"]["fail"], nodes_by_name["a"]["warn"]) == (False, 1, 1)
+        assert nodes_by_name["b"]["compliant"] is True
+        ecc = next(r for r in fleet["by_check"] if r["check"] == "gpu.ecc.mode")
+        assert ecc["failing"] == 1
+        assert [(w["node"], w["top"]) for w in fleet["worst_nodes"]] == [("a", ["gpu.ecc.mode gpu0"])]
+    page = render_html(direct)
+    assert "2026-12-02 (soon)" not in page and "2026-12-02 (expired)" in page and "Expired (2)" in page
+    assert "2026-12-03 (soon)" in page
+    md = render_md(direct)
+    assert "### Expired (2)" in md
+    expired_part, in_force = md.split("### Expired (2)")[1].split("### In force")
+    assert "2026-12-02" in expired_part and "2026-12-02" not in in_force and "2026-12-03" in in_force
 
 
 def test_each_node_counts_once_and_the_newest_report_wins() -> None:

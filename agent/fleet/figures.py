@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.fleet.records import NodeRecord, NodeSummary, Skipped, parse_time
+from agent.fleet.records import NodeRecord, NodeSummary, Skipped, waiver_expiry
 
 FLEET_SCHEMA = "nodewarden.fleet/v1"
 
@@ -71,6 +71,8 @@ def build_report(
     nodes: list[NodeRecord], skipped: list[Skipped], duplicates: list[dict[str, Any]], options: FleetOptions
 ) -> dict[str, Any]:
     """The fleet summary from one record per node (by name); `nodes` is a `NodeRows` to stream."""
+    today = options.now.date()
+    nodes = [n.as_of(today) for n in nodes]  # waivers expired by the report's date no longer waive
     total = len(nodes)
     compliant = sum(1 for n in nodes if n.compliant)
     severity = [sum(n.severity[i] for n in nodes) for i in range(3)]
@@ -188,14 +190,12 @@ def build_report(
 
     waivers = []
     for node in nodes:
-        for check, subject, reason, expires_text in node.waivers:
-            expires = parse_time(str(expires_text)) if expires_text else None
-            if expires is None and isinstance(expires_text, str):
-                try:
-                    expires = dt.datetime.combine(dt.date.fromisoformat(expires_text), dt.time(), dt.timezone.utc)
-                except ValueError:
-                    expires = None
-            soon = expires is not None and expires - options.now <= options.expiring_within
+        for check, subject, reason, expires_text, _status, _severity in node.waivers:
+            day = waiver_expiry(expires_text)
+            expired = day is not None and day < today
+            # Soon: its last day falls within `expiring_within` of the report's time.
+            last = dt.datetime.combine(day, dt.time(), dt.timezone.utc) if day else None
+            soon = not expired and last is not None and last - options.now <= options.expiring_within
             waivers.append(
                 {
                     "node": node.node,
@@ -204,9 +204,10 @@ def build_report(
                     "reason": reason,
                     "expires": expires_text,
                     "expiring_soon": soon,
+                    "expired": expired,
                 }
             )
-    waivers.sort(key=lambda r: (not r["expiring_soon"], str(r["expires"]), r["node"], r["check"]))
+    waivers.sort(key=lambda r: (not r["expired"], not r["expiring_soon"], str(r["expires"]), r["node"], r["check"]))
 
     with_baseline = sum(1 for n in nodes if n.has_baseline)
     baselines = {
@@ -246,6 +247,7 @@ def build_report(
             "not_audited": len(not_audited),
             "waivers": len(waivers),
             "waivers_expiring_soon": sum(1 for w in waivers if w["expiring_soon"]),
+            "waivers_expired": sum(1 for w in waivers if w["expired"]),
         },
         "by_check": checks,
         "by_profile": profiles,

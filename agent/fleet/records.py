@@ -4,6 +4,7 @@ compact `NodeRecord` the parent keeps per node, its repeated values shared by an
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -211,8 +212,10 @@ class NodeRecord:
         self.slots = tuple(summary.temperatures)
         self.temps = tuple(summary.temperatures.values())
         self.xids = tuple(summary.xids.items())
-        self.waivers = tuple((r.check, r.subject, (r.waiver or {}).get("reason"), (r.waiver or {}).get("expires"))
-                             for r in summary.waivers)
+        # With the finding's status and severity: a waiver that has expired by the fleet report's date
+        # stops waiving, and `as_of` counts the finding again.
+        self.waivers = tuple((r.check, r.subject, (r.waiver or {}).get("reason"), (r.waiver or {}).get("expires"),
+                              r.status, r.severity) for r in summary.waivers)
         self.down = tuple(summary.sources_down.items())
         self.has_baseline = summary.has_baseline
         self.drifting = (tuple((r.subject, r.status, r.severity, r.message) for r in summary.failing
@@ -233,6 +236,53 @@ class NodeRecord:
     @property
     def critical(self) -> int:
         return int(self.severity[0])
+
+    def as_of(self, today: dt.date) -> NodeRecord:
+        """This node as the fleet report judges it on `today`: a waiver expired by then no longer waives.
+
+        The node's audit attached the waiver while it was valid; a report made later must not keep
+        it silenced (agent.waivers: valid through its `expires` day). Returns self when nothing
+        expired, else a copy that counts those findings as failing or warning again.
+        """
+        expired = [w for w in self.waivers if waiver_expired(w[3], today)]
+        if not expired:
+            return self
+        node = copy.copy(self)
+        severity = list(node.severity)
+        failed, top = list(node.failed), list(node.top)
+        for check, subject, _reason, _expires, status, sev in expired:
+            if status == "fail":
+                node.fail += 1
+                if sev in _SEVERITIES:
+                    severity[_SEVERITIES.index(sev)] += 1
+                if check not in failed:
+                    failed.append(check)
+                if len(top) < 5:
+                    top.append(f"{check} {subject}")
+            elif status == "warn":
+                node.warn += 1
+        node.severity, node.failed, node.top = tuple(severity), tuple(failed), tuple(top)
+        return node
+
+
+_SEVERITIES = ("critical", "warning", "info")
+
+
+def waiver_expiry(expires: Any) -> dt.date | None:
+    """The last day a waiver covers: its `expires` date (YYYY-MM-DD, or the date of an ISO time)."""
+    if not isinstance(expires, str) or len(expires) > 64:
+        return None
+    try:
+        return dt.date.fromisoformat(expires)
+    except ValueError:
+        stamp = parse_time(expires)
+        return stamp.date() if stamp else None
+
+
+def waiver_expired(expires: Any, today: dt.date) -> bool:
+    """Expired once its day has passed (the audit's rule, agent.waivers.apply_waivers); unreadable: not."""
+    day = waiver_expiry(expires)
+    return day is not None and day < today
 
 
 class Interner:

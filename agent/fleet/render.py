@@ -232,13 +232,25 @@ def iter_md(fleet: dict[str, Any]) -> Iterator[str]:
             [[r["node"], r["subject"], r["status"], r["message"]] for r in b["drifting"]],
         )
     )
+    expired = [r for r in fleet["waivers"] if r.get("expired")]
     parts.append(
         "## Waivers\n\n"
+        + (
+            f"### Expired ({len(expired)}): they no longer waive their findings, which count again\n\n"
+            + _md_table(
+                ["node", "check", "subject", "reason", "expired"],
+                [[r["node"], r["check"], r["subject"], r["reason"], r["expires"]] for r in expired],
+            )
+            + "\n### In force\n\n"
+            if expired
+            else ""
+        )
         + _md_table(
             ["node", "check", "subject", "reason", "expires", "expiring soon"],
             [
                 [r["node"], r["check"], r["subject"], r["reason"], r["expires"], "yes" if r["expiring_soon"] else ""]
                 for r in fleet["waivers"]
+                if not r.get("expired")
             ],
         )
     )
@@ -360,18 +372,21 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
     """The page in pieces: everything above the all-nodes table, then that table a batch of rows at a time."""
     s = fleet["summary"]
     sev = s["failing_findings_by_severity"]
+    card_items: list[tuple[Any, str, str]] = [
+        (s["nodes"], "nodes", ""),
+        (f"{s['compliant_pct']} %", "compliant", "ok" if s["compliant_pct"] >= 95 else "warn"),
+        (sev["critical"], "critical findings", "crit" if sev["critical"] else ""),
+        (sev["warning"], "warning findings", ""),
+        (s["stale"], "stale reports", "warn" if s["stale"] else ""),
+        (s["missing"], "missing reports", "warn" if s["missing"] else ""),
+        (s["not_audited"], "not fully audited", "warn" if s["not_audited"] else ""),
+        (s["waivers_expiring_soon"], "waivers expiring soon", "warn" if s["waivers_expiring_soon"] else ""),
+    ]
+    if s.get("waivers_expired"):
+        card_items.append((s["waivers_expired"], "waivers expired", "crit"))
     cards = "".join(
         f'<div class="card"><b class="{cls}">{_e(value)}</b><span>{_e(label)}</span></div>'
-        for value, label, cls in (
-            (s["nodes"], "nodes", ""),
-            (f"{s['compliant_pct']} %", "compliant", "ok" if s["compliant_pct"] >= 95 else "warn"),
-            (sev["critical"], "critical findings", "crit" if sev["critical"] else ""),
-            (sev["warning"], "warning findings", ""),
-            (s["stale"], "stale reports", "warn" if s["stale"] else ""),
-            (s["missing"], "missing reports", "warn" if s["missing"] else ""),
-            (s["not_audited"], "not fully audited", "warn" if s["not_audited"] else ""),
-            (s["waivers_expiring_soon"], "waivers expiring soon", "warn" if s["waivers_expiring_soon"] else ""),
-        )
+        for value, label, cls in card_items
     )
     failing_checks = [r for r in fleet["by_check"] if r["failing"]]
     sections = [
@@ -509,7 +524,8 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
             ],
         ),
         '<h2 id="waivers">Waivers</h2>',
-        _table(
+        _expired_waivers([r for r in fleet["waivers"] if r.get("expired")])
+        + _table(
             ["node", "check", "subject", "reason", "expires"],
             [
                 [
@@ -520,6 +536,7 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
                     f'<span class="warn">{_e(r["expires"])} (soon)</span>' if r["expiring_soon"] else _e(r["expires"]),
                 ]
                 for r in fleet["waivers"]
+                if not r.get("expired")
             ],
         ),
         '<h2 id="inputs">Inputs</h2>',
@@ -537,6 +554,15 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
     )
     yield from _nodes_table(fleet["nodes"], batch)
     yield "</body></html>\n"
+
+
+def _expired_waivers(rows: list[dict[str, Any]]) -> str:
+    """Waivers whose day passed before the report's: listed apart, their findings count again."""
+    cells = [[_node_link(r["node"]), _e(r["check"]), _e(r["subject"]), _e(r["reason"]),
+              f'<span class="crit">{_e(r["expires"])} (expired)</span>'] for r in rows]
+    return (f'<h3 id="waivers-expired" class="crit">Expired ({len(rows)}): they no longer waive their findings, '
+            "which count again</h3>" + _table(["node", "check", "subject", "reason", "expired"], cells)
+            + "<h3>In force</h3>") if rows else ""
 
 
 _NOT_COMPLIANT = '<span class="crit">no</span>'

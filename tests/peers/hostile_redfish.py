@@ -14,6 +14,8 @@ Behaviours (`mode`):
   huge       /Chassis answers `huge_bytes` of a JSON string, chunked, without Content-Length
   fanout     every collection answers `fanout` fresh member collections, without end
   dotdot     /Chassis lists members whose @odata.id hide `..` and control characters
+`resources` ({path: body}, in any mode) serves those bodies instead: an object as JSON, bytes as they are
+(hostile numbers such as `1e999` or a 4,000-digit reading, which json.dumps cannot write).
 Every mode but `redirect` serves the normal root and session login (token TOKEN).
 """
 
@@ -61,7 +63,8 @@ def _collection(path: str, members: list[str]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def hostile_bmc(mode: str = "normal", *, host: str = "127.0.0.1", redirect_to: str = "", trickle_s: float = 0.3,
-                depth: int = 100_000, huge_bytes: int = 300 * 1024 * 1024, fanout: int = 1000) -> Iterator[HostileBmc]:
+                depth: int = 100_000, huge_bytes: int = 300 * 1024 * 1024, fanout: int = 1000,
+                resources: dict[str, Any] | None = None) -> Iterator[HostileBmc]:
     stop = threading.Event()
     bmc = HostileBmc("")
 
@@ -106,6 +109,9 @@ def hostile_bmc(mode: str = "normal", *, host: str = "127.0.0.1", redirect_to: s
                 self.send_header("Location", f"{redirect_to}/redfish/v1/")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+            elif resources and path in resources:
+                body = resources[path]
+                self._raw(body) if isinstance(body, bytes) else self._json(body)
             elif path == "/redfish/v1/Chassis" and mode == "trickle":
                 self._trickle()
             elif path == "/redfish/v1":

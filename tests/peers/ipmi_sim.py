@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.peers import processes
 from tests.peers.locations import SETUP_COMMAND
 
 CONFIG_DIR = Path(__file__).resolve().parent / "ipmi"
@@ -113,14 +114,8 @@ class IpmiSim:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        """Stop this simulator (its own PID only)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=3)
+        """Stop this simulator (its own process group only)."""
+        processes.stop(self.process, timeout_s=3)
 
 
 def _read_prompt(sock: socket.socket) -> str:
@@ -166,9 +161,9 @@ def start_ipmi_sim(workdir: Path, *, six_bit_names: bool = False, user: str = US
     (workdir / "gpu.emu").write_text(emu)
     log = workdir / "ipmi_sim.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(
+        process = processes.spawn(
             ["ipmi_sim", "-c", str(workdir / "lan.conf"), "-f", str(workdir / "gpu.emu"), "-s", str(state), "-n"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+            stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
     sim = IpmiSim("127.0.0.1", port, user, password, console_port, workdir, process, log)
     try:
         _wait_ready(sim)

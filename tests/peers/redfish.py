@@ -38,11 +38,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -56,6 +54,7 @@ from typing import Any
 
 import pytest
 
+from tests.peers import processes
 from tests.peers.locations import SETUP_COMMAND, peers_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,35 +107,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(Exception):
-            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: no orphans if pytest is killed
+_die_with_parent = processes.die_with_parent  # for tests/daemon_peer.py and tests/test_daemon.py's own Popen
 
 
 def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 -- no threads fork here concurrently
-        )
+        return processes.spawn(argv, stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop exactly this process (never by name)."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    """Stop exactly this process and its group (never by name)."""
+    processes.stop(proc)
 
 
 def _no_proxy_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
