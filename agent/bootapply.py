@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from agent.jsonfile import read_bounded
 from agent.sources.host import CPU_DIR
 from remediations.boot import BOOT_CONF, boot_settings
 
 _CPU_RE = re.compile(r"^cpu\d+$")
+MAX_BOOT_CONF = 1 << 20  # remediate writes a few lines; a larger file is not ours
 
 
 @dataclass
@@ -42,14 +45,34 @@ def _write(real: str, value: str) -> None:
         os.close(fd)
 
 
+def _text_lines(raw: bytes, problems: list[str]) -> str:
+    """The lines of `raw` that are UTF-8; each other line is reported (escaped) and left out, so one
+    bad byte costs that line, not every tunable in the file."""
+    kept = []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        try:
+            kept.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            shown = ascii(line[:80])[2:-1] + ("..." if len(line) > 80 else "")
+            problems.append(f"ignored line {number} of {BOOT_CONF}: not UTF-8 text ({shown})")
+    return "\n".join(kept)
+
+
 def apply_boot(root: str = "/") -> BootApplyResult:
     result = BootApplyResult()
     try:
-        with open(_real(root, BOOT_CONF), encoding="utf-8") as handle:
-            text = handle.read()
+        raw = read_bounded(Path(_real(root, BOOT_CONF)), MAX_BOOT_CONF)
     except FileNotFoundError:
         return result  # nothing was ever persisted
-    settings, result.problems = boot_settings(text)
+    except OSError as exc:
+        result.problems.append(f"cannot read {BOOT_CONF}: {exc.strerror or exc}")
+        return result
+    if len(raw) > MAX_BOOT_CONF:
+        result.problems.append(f"{BOOT_CONF} is larger than {MAX_BOOT_CONF} bytes: not a file remediate wrote")
+        return result
+    unreadable: list[str] = []
+    settings, problems = boot_settings(_text_lines(raw, unreadable))
+    result.problems = unreadable + problems
     for setting in settings:
         paths = [setting.path]
         if "*" in setting.path:  # cpu.governor: every CPU with cpufreq

@@ -96,9 +96,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "profile": _doc({"type": "string", "pattern": "^[a-z0-9][a-z0-9-]*$"},
                         "Profile that judges this node, or auto to match it from the hardware", "auto"),
         "profile_dirs": _doc({"type": "array", "items": _PATH},
-                             "Extra folders of site profiles, searched before the shipped ones",
+                             "Extra folders of site profiles, searched before the shipped ones; each folder "
+                             "and file must be root's (or the running user's) and writable by nobody else",
                              example=["/etc/nodewarden/profiles"]),
-        "overrides_file": _doc(_PATH, "Site overrides merged over the chosen profile",
+        "overrides_file": _doc(_PATH, "Site overrides merged over the chosen profile (owned by root or the "
+                               "running user, writable by nobody else, like the folders above it)",
                                "/etc/nodewarden/overrides.yaml"),
         "waivers_file": _doc(_PATH, "Waivers (check, subject, reason, expiry)", "/etc/nodewarden/waivers.yaml"),
         "state_dir": _doc(_PATH, "Remediation journal and state (owned by root, not group/other-writable)",
@@ -142,7 +144,7 @@ def load_config(path: Path | None) -> Config:
         return config
     if not path.exists():
         raise ConfigError("config file does not exist", path=str(path))
-    data, lines = load_yaml_file(path, ConfigError)
+    data, lines = load_yaml_file(path, ConfigError, trusted="config file")
     if data is None:
         data = {}
     validate_document(data, lines, str(path), Validator(CONFIG_SCHEMA), ConfigError)

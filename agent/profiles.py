@@ -93,6 +93,8 @@ class MatchRule(NamedTuple):
     gpu_pci_ids: tuple[str, ...] = ()
     gpu_count: tuple[int, ...] = ()
     dmi: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Families (agent.gpu_family) this profile covers when no exact rule matches: not a criterion.
+    gpu_family: tuple[str, ...] = ()
 
     @property
     def criteria(self) -> int:
@@ -106,6 +108,8 @@ class MatchRule(NamedTuple):
             out["gpu_count"] = list(self.gpu_count)
         if self.dmi:
             out["dmi"] = {key: list(values) for key, values in self.dmi}
+        if self.gpu_family:
+            out["gpu_family"] = list(self.gpu_family)
         return out
 
 
@@ -120,6 +124,9 @@ class Profile:
     expect: dict[str, Any]
     abstract: bool = False
     origins: dict[PathKey, tuple[str, int | None]] = field(default_factory=dict)
+    # Security-relevant sysctls the operator's own profile files allow `remediate` to set
+    # (`remediate_protected_sysctls:`; ignored in shipped files, see remediations.sysctl).
+    protected_sysctls: frozenset[str] = frozenset()
     _compiled: dict[PathKey, Expectation] = field(default_factory=dict)
 
     def expectation(self, *path: str) -> Expectation | None:
@@ -186,14 +193,23 @@ def _valid_name(name: str) -> bool:
 # --- load ---------------------------------------------------------------------------------------
 
 
-def load(path: Path) -> ProfileFile:
+def is_shipped(path: Path) -> bool:
+    """A profile file of the installed package (trusted as shipped: root's, in site-packages)."""
+    return path.parent == shipped_profile_dir()
+
+
+def load(path: Path, trust: bool = True) -> ProfileFile:
+    """One profile file. `trust`: a site file decides what root writes, so it is read only when
+    root or the running user owns it and its folders (agent.trusted_input); `profiles validate`
+    of a draft, which writes nothing, passes False."""
     fingerprint = schema_fingerprint()
+    trusted = "site profile" if trust and not is_shipped(path) else None
     if fingerprint is None:
-        data, lines = load_yaml_file(path, ProfileError)
+        data, lines = load_yaml_file(path, ProfileError, trusted=trusted)
         _validate_profile(data, lines, str(path))
     else:  # a file whose content passed this schema check before is not checked again
         data, lines = load_yaml_file(path, ProfileError, validation=(
-            fingerprint, lambda doc, where: _validate_profile(doc, where, str(path))))
+            fingerprint, lambda doc, where: _validate_profile(doc, where, str(path))), trusted=trusted)
     if not isinstance(data, dict):
         raise ProfileError("a profile must be a YAML mapping", path=str(path), line=1)
     if data["name"] != path.stem:
@@ -259,6 +275,8 @@ def build(chain: list[ProfileFile], overrides: Iterable[Overlay] = ()) -> Profil
         expect=expect,
         abstract=bool(leaf.data.get("abstract", False)),
         origins=origins,
+        protected_sysctls=frozenset(str(key) for item in chain if not is_shipped(item.path)
+                                    for key in item.data.get("remediate_protected_sysctls") or ()),
     )
     _compile_expectations(profile, expect, ())
     return profile
@@ -280,6 +298,7 @@ def _compile_match(data: Mapping[str, Any]) -> MatchRule:
         gpu_pci_ids=tuple(str(x).lower() for x in data.get("gpu_pci_ids", ())),
         gpu_count=tuple(int(c) for c in counts),  # 8.0 is a valid JSON Schema integer
         dmi=tuple(sorted((k, tuple(v)) for k, v in (data.get("dmi") or {}).items())),
+        gpu_family=tuple(str(x) for x in data.get("gpu_family", ())),
     )
 
 
@@ -395,7 +414,7 @@ class ProfileStore:
 
     def validate_file(self, path: Path) -> Profile:
         """Load one file wherever it is, resolve its parents on the search path, build it."""
-        loaded = load(path)
+        loaded = load(path, trust=False)
         try:
             parents = self.chain(loaded.extends) if loaded.extends else []
         except ProfileError as exc:
@@ -420,7 +439,7 @@ class ProfileStore:
 
 def load_overrides(path: Path) -> Overlay:
     """A site overlay: `expect:` merged onto whichever profile is selected."""
-    data, lines = load_yaml_file(path, ProfileError)
+    data, lines = load_yaml_file(path, ProfileError, trusted="overrides file")
     if data is None:
         return str(path), {}, LineMap()
     if not isinstance(data, dict) or set(data) - {"expect"}:

@@ -52,7 +52,7 @@ def matches_every_check(glob: str, known_checks: Iterable[str]) -> bool:
 
 def load_waivers(path: Path, known_checks: Iterable[str] = ()) -> list[Waiver]:
     known = tuple(known_checks)
-    data, lines = load_yaml_file(path, ConfigError)
+    data, lines = load_yaml_file(path, ConfigError, trusted="waivers file")
     if data is None:
         return []
     validate_document(data, lines, str(path), Validator(WAIVER_SCHEMA), ConfigError)

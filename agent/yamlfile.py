@@ -8,10 +8,13 @@ the last one silently) and keep dates as plain ISO strings.
 Parsed files are cached as JSON (values plus lines), keyed by a SHA-256 of
 the file's bytes, so an audit whose files were all seen before does not even
 import PyYAML (its import alone costs more than the
-rest of a simulated audit's profile handling). The cache lives in a folder
-only the current user can write, and entries that are not owned by that user
-or are writable by others are ignored: a cache must never become a way to
-inject profile content. NODEWARDEN_NO_CACHE=1 turns it off.
+rest of a simulated audit's profile handling). The cache is used only when
+every folder from / to it is root's or the current user's and writable by
+nobody else (`cache_dir`: root running with another user's HOME gets no
+cache), entries are opened without following links, and entries that are not
+owned by the current user or are writable by others are ignored: a cache must
+never become a way to inject profile content or to make root write where
+another user chose. NODEWARDEN_NO_CACHE=1 turns it off.
 
 A caller that validates what it loads (profiles against their schema) may have the pass
 remembered too (`validation`): such an entry is keyed by the file's digest and a fingerprint of
@@ -41,6 +44,7 @@ from agent import __version__
 from agent.digest import sha256_hex
 from agent.errors import NodewardenError
 from agent.jsonfile import load_json_bytes, read_bounded
+from agent.trusted_input import read_trusted
 
 PathKey = tuple[str | int, ...]
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
@@ -142,14 +146,17 @@ def _line_of_last(lines: LineMap) -> int | None:
 
 
 def load_yaml_file(path: Path, error: type[NodewardenError] = NodewardenError,
-                   validation: Validation | None = None) -> tuple[Any, LineMap]:
+                   validation: Validation | None = None, trusted: str | None = None) -> tuple[Any, LineMap]:
     """Parse `path` (from the cache where its content was seen before).
 
     `validation`: run the check on what was parsed, unless this content passed this same check
     before (see the module docstring); the check raises for an invalid document.
+    `trusted` (what the file is, e.g. "site profile"): a file that decides what root writes, read
+    only if nobody but root or the running user could have written it (agent.trusted_input).
     """
     try:
-        data = read_bounded(path, MAX_BYTES)  # non-blocking: a FIFO named *.yaml must not hang
+        # non-blocking either way: a FIFO named *.yaml must not hang
+        data = read_bounded(path, MAX_BYTES) if trusted is None else read_trusted(path, MAX_BYTES, trusted, error)
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror}", path=str(path)) from None
     if len(data) > MAX_BYTES:
@@ -179,18 +186,46 @@ def load_yaml_file(path: Path, error: type[NodewardenError] = NodewardenError,
 # --- the parse cache ------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path | None:
-    if os.environ.get("NODEWARDEN_NO_CACHE"):
-        return None
+def _cache_base() -> Path | None:
     base = os.environ.get("CACHE_DIRECTORY") or os.environ.get("XDG_CACHE_HOME")  # systemd CacheDirectory=
     if base:
-        root = Path(base.split(":")[0])
-    else:
-        home = os.environ.get("HOME")
-        if not home:
-            return None
-        root = Path(home) / ".cache"
-    return root / "nodewarden" / "yaml"
+        return Path(base.split(":")[0])
+    home = os.environ.get("HOME")
+    return Path(home) / ".cache" if home else None
+
+
+_TRUSTED_CACHE: dict[tuple[int, str], Path] = {}  # (euid, folder) -> its real path, once judged safe
+
+
+def cache_dir(create: bool = False) -> Path | None:
+    """The cache folder, if every folder from / to it is root's or ours and writable by nobody else.
+
+    The environment names it (CACHE_DIRECTORY, XDG_CACHE_HOME, HOME), and root may run with a
+    user's HOME (sudo): a folder on the way that this user owns, or a symlink they planted, would
+    let them choose where root writes, or feed root forged entries. Each folder is judged by
+    agent.fsutil.trusted_dir (the state dir's rule; missing ones created 0700 when `create`); an
+    unsafe one means no cache at all (a cache is only an optimisation).
+    """
+    if os.environ.get("NODEWARDEN_NO_CACHE"):
+        return None
+    base = _cache_base()
+    if base is None or not base.is_absolute():
+        return None
+    wanted = base / "nodewarden" / "yaml"
+    known = _TRUSTED_CACHE.get((os.geteuid(), str(wanted)))
+    if known is not None:
+        return known
+    from agent.fsutil import trusted_dir  # only when a folder is judged (once per process and folder)
+
+    real: Path | None = None
+    try:
+        for level in (base, base / "nodewarden", wanted):
+            real = trusted_dir(level, create=create, what="parse cache folder")
+    except (OSError, NodewardenError):
+        return None  # missing (and not asked to create it), unsafe, or not a folder: no cache
+    if real is not None:
+        _TRUSTED_CACHE[(os.geteuid(), str(wanted))] = real
+    return real
 
 
 def _safe(st: os.stat_result) -> bool:
@@ -198,9 +233,9 @@ def _safe(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
-def _cache_file(digest: str) -> Path | None:
+def _cache_file(digest: str, create: bool = False) -> Path | None:
     """Entries are keyed by the file's content (and our version), never by its name."""
-    directory = cache_dir()
+    directory = cache_dir(create)
     if directory is None:
         return None
     return directory / f"{digest}-{__version__}-{_CACHE_FORMAT}.json"
@@ -220,23 +255,38 @@ def _entry_text(value: Any, lines: LineMap) -> str | None:
 
 
 def _read_entry(entry: Path) -> bytes | None:
-    """An entry's bytes, if it and its folder are ours alone (else, or absent: None)."""
+    """An entry's bytes, if it is a regular file of ours alone (else, or absent: None).
+
+    Opened without following a link, and judged by the descriptor that is then read.
+    """
+    limit = _ENTRY_MAX_BYTES + 80
     try:
-        if not (_safe(entry.stat()) and _safe(entry.parent.stat())):
-            return None
-        data = read_bounded(entry, _ENTRY_MAX_BYTES + 80)
+        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    return data if len(data) <= _ENTRY_MAX_BYTES + 80 else None
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and _safe(st)) or st.st_size > limit:
+            return None
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data if len(data) <= limit else None
 
 
 def _write_entry(entry: Path, text: str) -> None:
     from agent.fsutil import replace_file  # only when writing an entry
 
     with contextlib.suppress(OSError, NodewardenError):  # a read-only home or a sandbox: no cache, no problem
-        entry.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _safe(entry.parent.stat()):
-            return
         replace_file(entry, text, 0o600)  # the one atomic writer: owner-only, fchmod on the descriptor
 
 
@@ -254,7 +304,7 @@ def _cache_get(digest: str) -> tuple[Any, LineMap] | None:
 
 
 def _cache_put(digest: str, value: Any, lines: LineMap) -> None:
-    entry = _cache_file(digest)
+    entry = _cache_file(digest, create=True)
     text = None if entry is None else _entry_text(value, lines)
     if entry is not None and text is not None:
         _write_entry(entry, text)
@@ -265,7 +315,7 @@ def _cache_put(digest: str, value: Any, lines: LineMap) -> None:
 
 def _validated_name(digest: str, fingerprint: str) -> Path | None:
     """The entry of "this content passed the check that `fingerprint` names" (None: no cache)."""
-    directory = cache_dir()
+    directory = cache_dir(create=True)
     if directory is None:
         return None
     key = sha256_hex(f"{digest}\n{fingerprint}\n{__version__}".encode())

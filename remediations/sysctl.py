@@ -7,6 +7,7 @@ sets the same key would undo the value at boot: the action says so.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 from agent.model import Finding
@@ -34,9 +35,31 @@ HEADER = b"# Managed by nodewarden remediate: keys from the node's tuning profil
 _KEY_OF_CHECK = {"host.numa.balancing": ("kernel.numa_balancing", ("numa", "balancing"))}
 _LINE_RE = re.compile(r"^\s*-?\s*([A-Za-z0-9_./-]+)\s*=\s*(.*?)\s*$")
 
+# Sysctls that decide who may run what as root or read kernel memory: a profile file may ask for
+# them (they are still judged) but remediate never writes them unless the operator's own profile
+# names them in `remediate_protected_sysctls:` (agent.profiles). `kernel.core_pattern = |/tmp/x`
+# alone makes root run a program of the writer's choosing. Matched on the canonical /proc/sys path.
+PROTECTED_SYSCTLS = (
+    "kernel.core_pattern", "kernel.core_pipe_limit", "kernel.modprobe", "kernel.hotplug",
+    "kernel.poweroff_cmd", "kernel.usermodehelper.*", "kernel.modules_disabled", "kernel.kexec_load_disabled",
+    "kernel.kptr_restrict", "kernel.dmesg_restrict", "kernel.perf_event_paranoid", "kernel.yama.*",
+    "kernel.unprivileged_bpf_disabled", "kernel.unprivileged_userns_clone", "kernel.randomize_va_space",
+    "kernel.sysrq", "kernel.io_uring_disabled", "kernel.ftrace_enabled", "kernel.seccomp.*",
+    "fs.suid_dumpable", "fs.protected_*", "fs.binfmt_misc.*", "vm.mmap_min_addr", "vm.unprivileged_userfaultfd",
+    "net.core.bpf_jit_*", "user.*", "dev.tty.ldisc_autoload", "dev.tty.legacy_tiocsti", "debug.*",
+)
+
+
+def protected_sysctl(path: str) -> str | None:
+    """The deny-list entry covering the /proc/sys `path` (None: a profile may set it)."""
+    name = path.removeprefix("/proc/sys/").replace("/", ".")
+    return next((p for p in PROTECTED_SYSCTLS if fnmatch.fnmatchcase(name, p)), None)
+
 
 def parse_sysctl_value(raw: bytes) -> str:
-    return normalize_sysctl(raw.decode("utf-8"))
+    # A value that is not UTF-8 (a hostile or broken recording) is compared and shown escaped
+    # (`\xff`), never a crash; it then differs from any value a profile names.
+    return normalize_sysctl(raw.decode("utf-8", "backslashreplace"))
 
 
 def shown_sysctl(old: bytes, value: str) -> bytes:
@@ -52,7 +75,8 @@ def _conf_key(key: str) -> str:
 def set_conf_key(old: bytes | None, key: str, value: str, header: bytes = HEADER) -> bytes:
     """Set `key = value` in one of our conf files, keeping every other line as it was."""
     guard_config_text(key, value)  # sysctl.d and boot.conf: never a second line from a value
-    lines = (old or header).decode("utf-8").splitlines()
+    # surrogateescape: another line's foreign bytes are kept exactly as they were
+    lines = (old or header).decode("utf-8", "surrogateescape").splitlines()
     out, found = [], False
     for line in lines:
         match = _LINE_RE.match(line)
@@ -64,7 +88,7 @@ def set_conf_key(old: bytes | None, key: str, value: str, header: bytes = HEADER
         out.append(line)
     if not found:
         out.append(f"{key} = {value}")
-    return ("\n".join(out) + "\n").encode()
+    return ("\n".join(out) + "\n").encode("utf-8", "surrogateescape")
 
 
 def conf_settings(text: str, sysctl_keys: bool = True) -> dict[str, str]:
@@ -112,6 +136,11 @@ def plan_sysctl(finding: Finding, ctx: PlanContext) -> list[Action]:
         path = sysctl_path(key)
     except InvalidName as exc:
         return [refused(action_id, finding, ActionClass.SAFE, finding.observed, str(exc))]
+    denied = protected_sysctl(path)
+    if denied is not None and key not in ctx.profile.protected_sysctls:
+        return [refused(action_id, finding, ActionClass.SAFE, finding.observed,
+                        f"{key} is security-relevant{'' if denied == key else f' ({denied})'}: remediate sets it "
+                        "only from the operator's own profile listing it under remediate_protected_sysctls")]
     raw = ctx.target.read(path)
     if raw is None:
         return [refused(action_id, finding, ActionClass.SAFE, None,

@@ -79,3 +79,25 @@ def test_unit_exposure_stays_low(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "Overall exposure level for nodewarden-apply.service: 2.9" in proc.stdout
+
+
+def test_a_line_that_is_not_utf8_is_rejected_and_the_rest_applied(tmp_path: Path, run_cli: RunCli) -> None:
+    root = fake_root(tmp_path, "")
+    (root / "etc/nodewarden/boot.conf").write_bytes(
+        b"# managed\nthp.enabled = madvise\nmtu.ens1np0\xff = 9000\ncpu.governor = performance\n")
+    result = run_cli("apply-boot", "--root", str(root))
+    assert result.code == 1, result.stderr  # a problem to report, not a crash (3) and not silence (0)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert "line 3" in result.stderr and "not UTF-8" in result.stderr and "\\xff" in result.stderr
+    assert result.stdout.splitlines() == ["applied thp.enabled = madvise", "applied cpu.governor = performance"]
+    assert (root / "sys/kernel/mm/transparent_hugepage/enabled").read_text() == "madvise"
+    assert (root / "sys/class/net/ens1np0/mtu").read_text() == "1500\n"  # the rejected line wrote nothing
+
+
+def test_persisting_keeps_a_foreign_line_that_is_not_utf8_byte_for_byte() -> None:
+    from remediations.boot import HEADER
+    from remediations.sysctl import set_conf_key
+
+    old = HEADER + b"mtu.eth0\xff = 9000\nthp.enabled = always\n"
+    new = set_conf_key(old, "thp.enabled", "madvise", HEADER)  # remediate --apply editing boot.conf
+    assert new == HEADER + b"mtu.eth0\xff = 9000\nthp.enabled = madvise\n"
