@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from agent.errors import NodewardenError
 from agent.facts import BmcFacts, HostFacts
 from agent.matching import Identity, identify, identify_bmc
 from agent.model import Evidence, Unknown
+from agent.numbers import parse_iso_time
 from agent.snapshot import Snapshot, open_snapshot, simulated_path
 from agent.sources.fsroot import FsRoot, LiveFs
 from agent.sources.registry import BMC, HOST, NVML
@@ -75,7 +77,9 @@ def node_identity(node: NodeSource, nvml_timeout_s: float = 10.0) -> Identity:
     """What profile matching sees: PCI ids and DMI, or NVML's GPUs without host data."""
     options = ReadOptions(nvml_timeout_s=nvml_timeout_s)
     if node.fs is not None:
-        return identify(HOST.read(node, options)[0])
+        # As the audit: NVML's names place GPUs no id rule lists, its ids count where PCI shows no GPU.
+        nvml = NVML.read(node, options)[0] if node.captured("nvml") else None
+        return identify(HOST.read(node, options)[0], nvml)
     if not node.captured("nvml") and (node.captured("redfish") or node.captured("ipmi")):
         bmc, _statuses = BMC.read(node, options)  # a BMC-only snapshot: match on what Redfish says
         if isinstance(bmc, BmcFacts):
@@ -161,11 +165,13 @@ def observed_at(node: NodeSource, now: dt.datetime) -> dt.datetime:
     if node.snapshot is None:
         return now
     text = str(node.snapshot.meta.get("captured_at") or "")
-    try:
-        stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    stamp = parse_iso_time(text)
+    if stamp is None:  # unparsable, or year 1/9999 (overflows in arithmetic): judged from now, and said so
+        if text:
+            logging.getLogger(__name__).warning("snapshot meta.yaml: captured_at %r is not a usable time "
+                                                "(ISO 8601, years 1970-9000); events are judged from now", text[:64])
         return now
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
+    return stamp
 
 
 def bmc_node_info(bmc: BmcFacts, node: NodeSource, identity: Identity) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 from agent.expect import Expectation
 from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcSwitch, BmcTemperature, NodeFacts
 from agent.model import Finding, Status, Unknown, Unsupported
+from agent.numbers import finite, parse_iso_time
 from checks import Check
 
 PRESENT_STATES_SKIPPED = ("Absent", "StandbySpare", "StandbyOffline", "Standby", "Disabled")
@@ -97,11 +98,16 @@ def compare_health(check: Check, subject: str, expectation: Expectation, health:
 def entry_time(entry: BmcLogEntry) -> dt.datetime | None:
     if not entry.created:
         return None
-    try:
-        stamp = dt.datetime.fromisoformat(entry.created.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
+    return parse_iso_time(entry.created)  # year 1 or 9999 (+ an offset) is undated, not an overflow
+
+
+MAX_WINDOW_DAYS = 36_500.0  # a century: `window_days: 1e308` in a profile must not overflow timedelta
+
+
+def event_window(expectation: Expectation | None) -> dt.timedelta:
+    """The profile's `window_days` (default 7) as a timedelta, clamped to a century (never an overflow)."""
+    days = finite(expectation.option("window_days", 7) if expectation else 7, low=0, high=float("inf"))
+    return dt.timedelta(days=7 if days is None else min(days, MAX_WINDOW_DAYS))
 
 
 def open_entries(events: tuple[BmcLogEntry, ...], now: dt.datetime, window: dt.timedelta
@@ -114,6 +120,10 @@ def open_entries(events: tuple[BmcLogEntry, ...], now: dt.datetime, window: dt.t
     counted: list[BmcLogEntry] = []
     undated: list[BmcLogEntry] = []
     older = 0
+    try:  # `now` is a snapshot's captured_at: year 1 minus the window overflows
+        since, until = now - window, now + dt.timedelta(days=1)
+    except OverflowError:
+        since, until = dt.datetime.min.replace(tzinfo=dt.timezone.utc), dt.datetime.max.replace(tzinfo=dt.timezone.utc)
     for entry in events:
         if entry.severity not in EVENT_SEVERITIES or entry.resolved is True:
             continue
@@ -123,7 +133,7 @@ def open_entries(events: tuple[BmcLogEntry, ...], now: dt.datetime, window: dt.t
         when = entry_time(entry)
         if when is None:
             undated.append(entry)
-        elif now - window <= when <= now + dt.timedelta(days=1):
+        elif since <= when <= until:
             counted.append(entry)
         else:
             older += 1

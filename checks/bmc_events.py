@@ -26,7 +26,7 @@ from agent.facts import BmcLogEntry, NodeFacts
 from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
 from checks import Check
-from checks._bmc import bmc_facts, entry_time, open_entries, with_source
+from checks._bmc import bmc_facts, entry_time, event_window, open_entries, with_source
 
 EVENTS = Check("bmc.events", "BMC log entries", source="bmc", action="check_bmc_events",
                evidence=("unresolved warning/critical entries of hardware event logs (SEL, IML, Event, Lclog, "
@@ -61,7 +61,7 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if bmc is None:
         return findings
     assert isinstance(bmc.events, tuple)
-    window = dt.timedelta(days=float(expectation.option("window_days", 7)))
+    window = event_window(expectation)
     now = facts.observed_at or dt.datetime.now(dt.timezone.utc)
     counted, older, undated = open_entries(bmc.events, now, window)
     # One finding per kind of event: a switch whose 40 ports flapped in one second is one event.

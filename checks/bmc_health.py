@@ -7,12 +7,14 @@ from collections import Counter
 
 from agent.facts import NodeFacts
 from agent.model import Finding, Severity, Status
+from agent.numbers import finite
 from agent.profiles import Profile
 from checks import Check
 from checks._bmc import (
     NOT_MEASURING,
     bmc_facts,
     compare_health,
+    event_window,
     judge_part,
     not_judged_summary,
     open_entries,
@@ -108,7 +110,7 @@ def evaluate_rollup(facts: NodeFacts, profile: Profile) -> list[Finding]:
     causes = list(bmc.health_causes)
     if isinstance(bmc.events, tuple):  # what the event logs hold open explains a rollup too
         events = profile.expectation("bmc", "events")
-        window = dt.timedelta(days=float(events.option("window_days", 7) if events else 7))
+        window = event_window(events)
         entries, _older, _undated = open_entries(bmc.events, facts.observed_at or dt.datetime.now(dt.timezone.utc),
                                                  window)
         counts = Counter((e.log, e.severity, e.message) for e in entries)
@@ -195,7 +197,12 @@ def evaluate_temperatures(facts: NodeFacts, profile: Profile) -> list[Finding]:
     for sensor in bmc.temperatures:
         why = temperature_not_compared(sensor)
         problem = unusable(bmc, sensor.where)
-        if problem is not None and sensor.state not in NOT_MEASURING and (sensor.reading is None or why):
+        # The parsers bound every number; facts built elsewhere may not: NaN is never judged (NaN >= x is False).
+        not_finite = sensor.reading is not None and finite(sensor.reading) is None
+        if not_finite:
+            problem = problem or f"reading {sensor.reading!r} is not a finite number"
+        unjudged = sensor.state not in NOT_MEASURING and (sensor.reading is None or why)
+        if problem is not None and (not_finite or unjudged):
             findings.append(with_source(TEMPERATURES.unknown(
                 sensor.name, expectation, f"{sensor.name} not compared: the BMC's answer is unusable ({problem})"),
                 facts))

@@ -25,10 +25,11 @@ from agent.expect import Expectation
 from agent.facts import NOT_READ, NodeFacts, NvSwitchError, PciFunction
 from agent.matching import board_fit
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.numbers import MAX_UPTIME_S, finite, sane_time
 from agent.profiles import Profile
 from agent.sources.fabric import FM_LOG, fm_log_time, parse_sxids
 from checks import Check
-from checks._gpu import not_judged_on_partial_view, partial_view
+from checks._gpu import not_judged_on_partial_view, partial_view, pci_without_gpus
 
 MANAGER = Check("fabric.manager", "Fabric Manager service", source="host", action="start_fabric_manager",
                 evidence=("nvidia-fabricmanager's systemd cgroup (or a process) on NVSwitch systems; on a partial "
@@ -97,6 +98,10 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     switches = nvswitches(facts)
     if isinstance(switches, Unknown):
         return [NVSWITCH_COUNT.missing("node", expectation, switches, "NVSwitches on PCI")]
+    blind = pci_without_gpus(facts)
+    if blind is not None:
+        return [NVSWITCH_COUNT.finding("node", Status.SKIP, Severity.INFO, f"NVSwitches on PCI not judged: {blind}",
+                                       observed=0, expected=expectation.expected, reason=expectation.reason)]
     fit = board_fit(profile, facts)
     if not switches and not fit.full:  # a VM given one SXM GPU sees none of the board's switches
         return [NVSWITCH_COUNT.finding("node", Status.SKIP, Severity.INFO, f"no NVSwitch on PCI, not judged by "
@@ -116,9 +121,10 @@ class _Group(NamedTuple):
 def _boot_time(facts: NodeFacts) -> dt.datetime | None:
     """When the node booted (naive UTC), from the observation time and /proc/uptime."""
     uptime = facts.host.uptime_s
-    if facts.observed_at is None or isinstance(uptime, Unknown):
-        return None
-    observed = facts.observed_at.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    observed_at = sane_time(facts.observed_at)
+    if observed_at is None or isinstance(uptime, Unknown) or finite(uptime, low=0, high=MAX_UPTIME_S) is None:
+        return None  # year 1 minus an uptime, or an uptime of 1e308 s, overflows: no boot time
+    observed = observed_at.astimezone(dt.timezone.utc).replace(tzinfo=None)
     return observed - dt.timedelta(seconds=uptime)
 
 

@@ -28,21 +28,21 @@ RSS_WRAPPER = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:
                "sys.exit(r.returncode)")
 
 
-def password_file(tmp: Path) -> Path:
+def password_file(tmp: Path, password: str = PASSWORD) -> Path:
     path = tmp / "bmc-password"
-    path.write_text(PASSWORD + "\n")
+    path.write_text(password + "\n", encoding="utf-8")
     path.chmod(0o600)
     return path
 
 
 def audit(tmp: Path, url: str, *extra: str, deadline_s: float = 4, timeout_s: float = 2, limit_s: float = 60,
-          ) -> tuple[subprocess.CompletedProcess[str], float, int]:
+          password: str = PASSWORD, only: str = "bmc.*") -> tuple[subprocess.CompletedProcess[str], float, int]:
     """`nodewarden audit` of the simulated healthy host with BMC `url`: (result, seconds, peak RSS KiB)."""
     config = tmp / "config.yaml"
     config.write_text(f"bmc:\n  deadline_s: {deadline_s}\n  timeout_s: {timeout_s}\n")
     argv = [sys.executable, "-m", "agent", *extra, "audit", "--simulate", "hgx-h100-healthy", "--config",
-            str(config), "--bmc", url, "--bmc-user", "monitor", "--bmc-password-file", str(password_file(tmp)),
-            "--only", "bmc.*", "--format", "json"]
+            str(config), "--bmc", url, "--bmc-user", "monitor", "--bmc-password-file", str(password_file(tmp, password)),
+            "--only", only, "--format", "json"]
     start = time.monotonic()
     result = subprocess.run([sys.executable, "-c", RSS_WRAPPER, *argv], cwd=REPO, capture_output=True, text=True,
                             timeout=limit_s, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -1,9 +1,11 @@
-"""agent.report.json_text writes exactly what `json.dumps(clean_value(doc), indent=2)` writes."""
+"""agent.report.json_text writes exactly what `json.dumps(clean_value(doc), indent=2)` writes, except that
+NaN and infinities become null: the report is strict JSON (issue 21, 5)."""
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from typing import Any
 
 import pytest
@@ -12,6 +14,17 @@ from hypothesis import strategies as st
 
 from agent.report.json_text import dumps_indented, report_text
 from agent.sanitise import clean_value
+
+
+def strict(value: Any) -> Any:
+    """`value` with every non-finite float (value or key) as None: what the report writes."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {strict(k): strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
 
 # Characters agent.sanitise replaces, their neighbours (which it keeps), quotes and backslashes.
 TRICKY = "\x00\x01\t\n\r\x1b\x1f\x7f\x80\x9f\xa0\u061b\u061c\u200d\u200e\u200f\u2027\u2028\u202e\u202f" \
@@ -26,13 +39,13 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.tu
 @settings(max_examples=400, deadline=None)
 @given(values)
 def test_the_text_is_json_dumps_with_indent(value: Any) -> None:
-    assert dumps_indented(value) == json.dumps(value, indent=2)
+    assert dumps_indented(value) == json.dumps(strict(value), indent=2)
 
 
 @settings(max_examples=400, deadline=None)
 @given(values)
 def test_the_report_text_is_the_cleaned_dump(value: Any) -> None:
-    assert report_text(value) == json.dumps(clean_value(value), indent=2)
+    assert report_text(value) == json.dumps(clean_value(strict(value)), indent=2)
 
 
 @pytest.mark.parametrize("char", sorted(set(TRICKY)))
@@ -56,8 +69,8 @@ class Mapping(dict[str, Any]):
 def test_subclasses_and_other_keys_are_written_as_json_writes_them() -> None:
     doc = {"level": Level.HIGH, "name": Name.ONE, "map": Mapping(a=1), 7: "int", 2.5: "float", True: "bool",
            None: "null", "empty": {}, "none": [], "t": (1, 2.0), "nan": float("nan"), "inf": float("-inf")}
-    assert dumps_indented(doc) == json.dumps(doc, indent=2)
-    assert report_text(doc) == json.dumps(clean_value(doc), indent=2)
+    assert dumps_indented(doc) == json.dumps(strict(doc), indent=2)
+    assert report_text(doc) == json.dumps(clean_value(strict(doc)), indent=2)
 
 
 def test_what_json_refuses_is_refused() -> None:

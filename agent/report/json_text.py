@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import re
-from json.encoder import INFINITY
 from json.encoder import encode_basestring_ascii as _quoted
 from typing import Any
 
@@ -37,7 +36,8 @@ def _needs_cleaning(text: str) -> bool:
 
 
 def dumps_indented(value: Any) -> str:
-    """`json.dumps(value, indent=2)` (ASCII only, NaN allowed, keys in their order), same text."""
+    """`json.dumps(value, indent=2)` (ASCII only, keys in their order), same text; NaN, Infinity and
+    integers past 4096 bits are written as null (strict JSON)."""
     parts: list[str] = []
     _encode(value, "\n", parts.append)
     return "".join(parts)
@@ -78,7 +78,7 @@ def _encode(value: Any, newline: str, out: Any) -> None:
     elif value is False:
         out("false")
     elif kind is int:
-        out(int.__repr__(value))
+        out(_int(value))
     elif kind is float:
         out(_float(value))
     else:
@@ -90,7 +90,7 @@ def _encode_subclass(value: Any, newline: str, out: Any) -> None:
     if isinstance(value, str):
         out(_quoted(value))
     elif isinstance(value, int):
-        out(int.__repr__(value))
+        out(_int(value))
     elif isinstance(value, float):
         out(_float(value))
     elif isinstance(value, dict):
@@ -102,13 +102,14 @@ def _encode_subclass(value: Any, newline: str, out: Any) -> None:
 
 
 def _float(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if value == INFINITY:
-        return "Infinity"
-    if value == -INFINITY:
-        return "-Infinity"
-    return float.__repr__(value)
+    # NaN and Infinity are not JSON (jq, Go and JavaScript refuse the whole report): a reading that
+    # slipped past the parsers' bounds is written as null, "not known", like any missing reading.
+    return float.__repr__(value) if math.isfinite(value) else "null"
+
+
+def _int(value: int) -> str:
+    # int's text fails past 4,300 digits (ValueError) and no reader holds such a number: null.
+    return int.__repr__(value) if value.bit_length() <= 4096 else "null"
 
 
 def _key(key: Any) -> str:
@@ -124,5 +125,5 @@ def _key(key: Any) -> str:
     if key is None:
         return "null"
     if isinstance(key, int):
-        return int.__repr__(key)
+        return _int(key)
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")

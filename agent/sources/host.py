@@ -23,6 +23,7 @@ from agent.facts import (
     PciFunction,
 )
 from agent.model import Unknown, Unsupported
+from agent.numbers import MAX_UPTIME_S, finite
 from agent.sources.fsroot import FsRoot, describe_os_error, link_name, list_dir, read_value
 
 T = TypeVar("T")
@@ -88,6 +89,17 @@ def parse_bracketed(text: str) -> str:
     return match.group(1)
 
 
+def parse_uptime(text: str) -> float:
+    """/proc/uptime's first field: seconds, finite, 0 to a century (inf, nan or 1e308 is not an uptime)."""
+    value = finite((text.split(maxsplit=1) or [""])[0], low=0, high=MAX_UPTIME_S)
+    if value is None:
+        raise ValueError(text)  # read_value turns it into Unknown naming the file and its content
+    return value
+
+
+MAX_CPU_IDS = 65_536  # the kernel's NR_CPUS tops out at 8,192 (16,384 on a few builds)
+
+
 def parse_cpu_list(text: str) -> tuple[int, ...]:
     """'0-3,8,10-11' -> (0, 1, 2, 3, 8, 10, 11)."""
     cpus: list[int] = []
@@ -95,7 +107,10 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
         if not part:
             continue
         lo, sep, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if not 0 <= first <= last < MAX_CPU_IDS or len(cpus) + last - first >= MAX_CPU_IDS:
+            raise ValueError(text)  # "0-999999999" in a snapshot would be a billion-entry tuple
+        cpus.extend(range(first, last + 1))
     return tuple(cpus)
 
 
@@ -479,7 +494,7 @@ def read_host_facts(fs: FsRoot, sysctl_keys: Iterable[str] = ()) -> HostFacts:
         modules=read_modules(fs),
         interfaces=read_interfaces(fs, None if isinstance(rdma, Unknown) else rdma),
         cpu=read_cpu(fs),
-        uptime_s=read_value(fs, "/proc/uptime", lambda text: float(text.split()[0])),
+        uptime_s=read_value(fs, "/proc/uptime", parse_uptime),
         fabric=read_fabric(fs),
         rdma=rdma,
         pcie_acs=read_acs_above(fs, pci, rdma),

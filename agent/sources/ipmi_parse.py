@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, FirmwareItem
 from agent.model import SourceStatus, Unknown, Unsupported
+from agent.numbers import MAGNITUDE, finite
 from agent.sources.ipmi_const import (
     HEALTH_CRITICAL,
     HEALTH_FAILED,
@@ -237,7 +238,10 @@ def _opt_number(record: dict[str, Any], key: str, where: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordError(f"{where}.{key}: expected a number or null, got {type(value).__name__}")
-    return float(value)
+    number = finite(value)  # NaN, inf or a 4,000-digit integer: no sensor reads that
+    if number is None:
+        raise RecordError(f"{where}.{key}: expected a finite number within +-{MAGNITUDE:g}")
+    return number
 
 
 def _parse_sensors(value: Any) -> _Sensors:

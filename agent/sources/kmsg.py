@@ -31,6 +31,7 @@ from pathlib import Path
 from agent.facts import KmsgRecord
 from agent.lazyre import lazy_compile
 from agent.model import Unknown
+from agent.numbers import MAX_UPTIME_S, finite, sane_time
 from agent.sources.fsroot import read_tail_fd
 
 KMSG_DEVICE = "/dev/kmsg"
@@ -38,8 +39,10 @@ MAX_RECORDS = 200_000  # the kernel ring buffer holds far fewer; bound memory an
 KMSG_TAIL_BYTES = 16 << 20  # a recorded log is read from its last 16 MiB (the largest common ring buffer)
 _RECORD_BYTES = 8192  # /dev/kmsg returns one record per read; EINVAL if the buffer is smaller
 
-_KMSG_RE = lazy_compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
-_DMESG_RE = lazy_compile(r"^\[\s*(\d+)\.(\d+)\]\s?(.*)$")
+# Digits bounded: a 4,000-digit sequence number or stamp is no record header (int() of one is slow,
+# past 4,300 digits an error, and its seconds overflow a float), so such a line stays plain text.
+_KMSG_RE = lazy_compile(r"^(\d{1,10}),(\d{1,20}),(\d{1,20}),[^;]*;(.*)$")
+_DMESG_RE = lazy_compile(r"^\[\s*(\d{1,12})\.(\d{1,9})\]\s?(.*)$")
 # dmesg --time-format=iso "2024-11-15T05:39:15,491363+00:00 msg"; journalctl -o short-iso "2025-01-02T15:20:12+0800 "
 _ISO_RE = lazy_compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s(.*)$")
 _ISO_PARTS_RE = lazy_compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[,.](\d+))?"
@@ -121,17 +124,22 @@ def wall_time(stamp: str | None, reference: dt.datetime | None = None) -> dt.dat
         if zone == "Z":
             tz = dt.timezone.utc
         elif zone:
+            if int(zh) > 14 or int(zm) > 59:
+                return None  # +99:99 is no zone (and dt.timezone refuses 24 h or more)
             offset = dt.timedelta(hours=int(zh), minutes=int(zm))
             tz = dt.timezone(-offset if sign == "-" else offset)
         try:
-            return dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
-                               int((fraction or "0").ljust(6, "0")[:6]), tzinfo=tz)
+            return sane_time(dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                                         int((fraction or "0").ljust(6, "0")[:6]), tzinfo=tz))
         except ValueError:
             return None
     parts = _MONTH_DAY_RE().match(stamp)
     if not parts or parts.group(1) not in _MONTHS:
         return None
     month_name, day, hour, minute, second, fraction, year = parts.groups()
+    if year is None and reference is None:
+        return None
+    reference = sane_time(reference)  # the year is taken from it, and a day added: never year 1 or 9999
     if year is None and reference is None:
         return None
     local_ref = reference.replace(tzinfo=None) if reference is not None else None
@@ -144,14 +152,16 @@ def wall_time(stamp: str | None, reference: dt.datetime | None = None) -> dt.dat
                 when = when.replace(year=local_ref.year - 1)
     except ValueError:  # 29 Feb in a year without one
         return None
-    return when
+    return sane_time(when)
 
 
 def boot_time(observed_at: dt.datetime | None, uptime_s: float | None) -> dt.datetime | None:
     """When the node booted (aware UTC): the observation time minus /proc/uptime."""
     if observed_at is None or uptime_s is None:
         return None
-    observed = observed_at if observed_at.tzinfo else observed_at.replace(tzinfo=dt.timezone.utc)
+    observed = sane_time(observed_at if observed_at.tzinfo else observed_at.replace(tzinfo=dt.timezone.utc))
+    if observed is None or finite(uptime_s, low=0, high=MAX_UPTIME_S) is None:
+        return None  # year 1 minus an uptime, or an uptime of 1e308 s, is no boot time
     return observed.astimezone(dt.timezone.utc) - dt.timedelta(seconds=uptime_s)
 
 

@@ -9,13 +9,20 @@ become `unknown` findings for that resource (`bmc.reachable`), and everything el
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
+from agent.numbers import MAGNITUDE, finite, is_number_text
+
 ROOT = "/redfish/v1"
-_NUMBER_RE = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
 PLACEHOLDER_TEXT = frozenset({"", "n/a", "na", "none", "null", "unknown", "undefined", "not available"})
+
+
+def _shown(value: int | float) -> str:
+    """A hostile number, short: a 4,000-digit integer is named by its length, never printed."""
+    if isinstance(value, int) and abs(value) >= 10**30:
+        return f"an integer of {len(str(abs(value))) if value.bit_length() < 14000 else 'over 4,000'} digits"
+    return repr(value)
 
 
 def kind_of(value: Any) -> str:
@@ -82,14 +89,24 @@ class Res:
         if value is None:
             return None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            number = finite(value)
+            if number is None:  # NaN, 1e999 (inf), a 4,000-digit integer: no sensor reads that
+                self.problems.add(self.path, f"unusable field {self._where(key)} ({_shown(value)}, "
+                                             f"expected a finite number within +-{MAGNITUDE:g})")
+            return number
         if isinstance(value, str):
-            if _NUMBER_RE.match(value):
-                return float(value)  # numbers sent as text (Cisco): usable
-            if value.strip().lower() in PLACEHOLDER_TEXT:
+            if is_number_text(value):
+                number = finite(value)  # numbers sent as text (Cisco): usable when in bounds
+                if number is not None:
+                    return number
+            elif value.strip().lower() in PLACEHOLDER_TEXT:
                 return None
         self._wrong(key, value, "a number")
         return None
+
+    def _where(self, key: str) -> str:
+        _base, _, fragment = self.path.partition("#")
+        return f"{fragment.strip('/')}.{self.prefix}{key}" if fragment.strip("/") else self.prefix + key
 
     def integer(self, key: str) -> int | None:
         value = self.num(key)

@@ -13,7 +13,8 @@ which holds each request to what a one-shot audit can afford:
   the audit past it;
 * the connection pool matches the walk's concurrency (`resize_pool`: the walk sets it), so no
   request in flight waits for, or throws away, a connection;
-* `sent` counts every request that went out (the login's too).
+* `sent` counts every request that went out (the login's too);
+* a session token a response hands out is registered with agent.log, so no log line shows it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
+
+from agent.log import register_secret
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # the largest real resource we hold is 340 KB (an iLO 5 event log)
 # JSON objects and arrays per response. Parsed, a small object costs ~10x its text, so this bounds
@@ -94,6 +97,9 @@ class BoundedSession(requests.Session):
         method_name = method.decode("ascii") if isinstance(method, bytes) else method
         target = url.decode("utf-8") if isinstance(url, bytes) else url
         response = super().request(method_name, target, *args, **kwargs)
+        token = response.headers.get("X-Auth-Token")
+        if token:  # masked in every form in every later log line, keyed or not (a BMC may echo it)
+            register_secret(token, session=True)
         try:
             response._content = self._read_body(response)  # what response.text / .content then serve
         finally:
