@@ -34,6 +34,7 @@ class GpuFacts(NamedTuple):
     pci_bus_id: Maybe[str] = NOT_READ  # normalised: 0000:19:00.0
     pci_id: Maybe[str] = NOT_READ  # vendor:device, e.g. 10de:2330
     architecture: Maybe[int] = NOT_READ  # NVML_DEVICE_ARCH_*
+    brand: Maybe[int] = NOT_READ  # NVML_BRAND_* (agent.gpu_family places the GPU in a family by it)
     compute_capability: Maybe[str] = NOT_READ
     vbios: Maybe[str] = NOT_READ
     inforom_image: Maybe[str] = NOT_READ

@@ -13,11 +13,12 @@ profile describes or a partial view of it (one GPU of an SXM part in a VM or a d
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from agent.errors import ProfileError
 from agent.facts import BmcFacts, HostFacts, NodeFacts, NvmlFacts
+from agent.gpu_family import UNKNOWN, GpuClass, classify, node_family
 from agent.model import Unknown
 from agent.profiles import FALLBACK_PROFILE, NO_GPU_PROFILE, MatchRule, Profile, ProfileStore
 
@@ -30,7 +31,13 @@ class Identity(NamedTuple):
     dmi: Mapping[str, str]
     problems: tuple[str, ...] = ()
     nvidia_driver: bool = False  # /proc/driver/nvidia or the nvidia module: meant to be a GPU node
-    source: str = "host"  # host (PCI, DMI) | nvml (no host data) | bmc (Redfish: no host in the audit)
+    source: str = "host"  # host (PCI, DMI) | nvml (no GPU in the PCI tree) | bmc (Redfish: no host in the audit)
+    classes: tuple[GpuClass, ...] = ()  # each GPU's family (agent.gpu_family), from what it reports
+
+    @property
+    def family(self) -> GpuClass | None:
+        """The node's GPU family, None without GPUs to classify."""
+        return node_family(self.classes)
 
     @property
     def without_gpu(self) -> bool:
@@ -87,37 +94,69 @@ def identify_bmc(bmc: BmcFacts) -> Identity:
         problems.append(f"the BMC lists no GPUs ({bmc.gpus.reason})")
         return Identity((), None, dmi, tuple(problems), source="bmc")
     ids = []
+    classes = []
     for gpu in bmc.gpus:
         pci_id = GPU_MODEL_PCI_IDS.get(gpu.name) or GPU_MODEL_PCI_IDS.get(gpu.model or "")
         if pci_id is None:
             problems.append(f"GPU {gpu.name!r} (model {gpu.model!r}) has no known PCI id")
         else:
             ids.append(pci_id)
-    return Identity(tuple(ids), len(bmc.gpus), dmi, tuple(problems[:1]), nvidia_driver=bool(bmc.gpus), source="bmc")
+        # The BMC repeats NVML's product name in Model (or Name): the family comes from it, not from the id table.
+        named = [classify(text) for text in (gpu.model, gpu.name) if isinstance(text, str)]
+        classes.append(next((c for c in named if c.family != UNKNOWN), named[0] if named else classify()))
+    return Identity(tuple(ids), len(bmc.gpus), dmi, (*_untold(classes), *problems[:1]), nvidia_driver=bool(bmc.gpus),
+                    source="bmc", classes=tuple(classes))
 
 
 def identify(host: HostFacts, nvml: NvmlFacts | Unknown | None = None) -> Identity:
-    """Identity from PCI (independent of the driver), else from NVML's view."""
+    """Identity from PCI (independent of the driver), else from NVML's view.
+
+    NVML's PCI ids (pciDeviceId) count when the PCI tree lists no GPU: a container or VM that sees
+    the GPUs through the driver but not in /sys/bus/pci. Where the views disagree,
+    crosscheck.gpu_views says so.
+    """
     problems: list[str] = []
     gpus = host.nvidia_gpus
     ids: tuple[str, ...] = ()
     count: int | None = None
     source = "host"
-    if not isinstance(gpus, Unknown):
+    nvml_gpus = nvml.gpus if isinstance(nvml, NvmlFacts) else ()
+    if not isinstance(gpus, Unknown) and (gpus or not nvml_gpus):
         ids = tuple(g.pci_id for g in gpus)
         count = len(gpus)
-    elif isinstance(nvml, NvmlFacts) and nvml.gpus:
-        ids = tuple(g.pci_id.lower() for g in nvml.gpus if isinstance(g.pci_id, str))
+    elif nvml_gpus and isinstance(nvml, NvmlFacts):
+        ids = tuple(g.pci_id.lower() for g in nvml_gpus if isinstance(g.pci_id, str))
         count = nvml.device_count
         source = "nvml"
-    else:
+    elif isinstance(gpus, Unknown):
         problems.append(gpus.reason)
     dmi = {k: v for k, v in host.dmi.items() if isinstance(v, str) and k in MATCH_DMI_KEYS}
     problems += [v.reason for k, v in host.dmi.items() if isinstance(v, Unknown) and k in MATCH_DMI_KEYS][:1]
     modules = host.modules if isinstance(host.modules, dict) else {}
-    driver = not isinstance(host.nvidia_driver, Unknown) or "nvidia" in modules or (
-        isinstance(nvml, NvmlFacts) and bool(nvml.gpus))
-    return Identity(ids, count, dmi, tuple(problems), driver, source)
+    driver = not isinstance(host.nvidia_driver, Unknown) or "nvidia" in modules or bool(nvml_gpus)
+    classes = _classes(host, nvml)
+    return Identity(ids, count, dmi, (*_untold(classes), *problems), driver, source, classes)
+
+
+def _untold(classes: Iterable[GpuClass]) -> tuple[str, ...]:
+    """What the fallback profile says it could not tell about the GPUs (first among the problems)."""
+    family = node_family(classes)
+    if family is None or family.family != UNKNOWN:
+        return ()
+    told = "; ".join(family.evidence) or "nothing the GPU reported"
+    return (f"could not tell {', '.join(family.untold)} (from {told}), so settings are judged at warning at most",)
+
+
+def _classes(host: HostFacts, nvml: NvmlFacts | Unknown | None) -> tuple[GpuClass, ...]:
+    """Each GPU's family from NVML (brand, name, architecture) and its PCI class; PCI alone without NVML."""
+    pci = host.pci if not isinstance(host.pci, Unknown) else ()
+    nvswitch = any(f.is_nvswitch for f in pci)
+    on_pci = {f.address.lower(): f.subclass for f in pci if f.is_nvidia_gpu}
+    if isinstance(nvml, NvmlFacts) and nvml.gpus:
+        return tuple(classify(g.name, g.brand, g.architecture,
+                              on_pci.get(g.pci_bus_id.lower()) if isinstance(g.pci_bus_id, str) else None,
+                              nvswitch) for g in nvml.gpus if g.lost is None)
+    return tuple(classify(pci_class=subclass, nvswitch=nvswitch) for subclass in on_pci.values())
 
 
 def rule_matches(rule: MatchRule, identity: Identity) -> tuple[str, ...] | None:
@@ -155,6 +194,9 @@ def select(identity: Identity, store: ProfileStore, forced: str | None = None) -
     if not candidates and identity.without_gpu and NO_GPU_PROFILE in store.names():
         return Selection(store.profile(NO_GPU_PROFILE), "no_gpu", identity)
     if not candidates:
+        by_family = _family_selection(identity, store)
+        if by_family is not None:
+            return by_family
         if FALLBACK_PROFILE not in store.names():
             raise ProfileError(f"no profile matches and the fallback {FALLBACK_PROFILE!r} is missing")
         return Selection(store.profile(FALLBACK_PROFILE), "fallback", identity)
@@ -163,6 +205,19 @@ def select(identity: Identity, store: ProfileStore, forced: str | None = None) -
     best = candidates[0]
     tied = tuple(c[1] for c in candidates[1:] if c[0] == best[0])
     return Selection(store.profile(best[1]), "auto", identity, best[2], tied)
+
+
+def _family_selection(identity: Identity, store: ProfileStore) -> Selection | None:
+    """No exact rule matched: the profile that covers the GPUs' family (`match: gpu_family`), if one does."""
+    family = identity.family
+    if family is None or family.family == UNKNOWN:
+        return None
+    names = sorted(name for name, rule in store.match_rules().items()
+                   if rule is not None and family.family in rule.gpu_family)
+    if not names:
+        return None
+    how = f"gpu_family={family.family} ({'; '.join(family.evidence)})"
+    return Selection(store.profile(names[0]), "auto", identity, (how,), tuple(names[1:]))
 
 
 # --- does the view fit the profile's board? ------------------------------------------------------

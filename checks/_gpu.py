@@ -6,8 +6,10 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from agent import versions
 from agent.expect import Expectation
-from agent.facts import FirmwareItem, GpuFacts, NodeFacts
+from agent.facts import FirmwareItem, GpuFacts, NodeFacts, NvmlFacts
+from agent.gpu_family import ARCHITECTURES, last_driver_branch, name_architecture
 from agent.matching import GPU_MODEL_PCI_IDS, board_fit
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
@@ -62,6 +64,19 @@ def partial_view(profile: Profile, facts: NodeFacts) -> str | None:
             "dump or a GPU selection)")
 
 
+def pci_without_gpus(facts: NodeFacts) -> str | None:
+    """Why the PCI tree is not the GPUs' view, or None: it lists no NVIDIA function (no GPU, no NVSwitch)
+    while NVML sees GPUs (a container or VM that reaches the GPUs through the driver only). Absent
+    functions there are not evidence of GPUs or NVSwitches missing from the board (issue 23 item 2)."""
+    pci, nvml = facts.host.pci, facts.nvml
+    if isinstance(pci, Unknown) or not isinstance(nvml, NvmlFacts) or not nvml.gpus:
+        return None
+    if any(f.is_nvidia_gpu or f.is_nvswitch for f in pci):
+        return None
+    return (f"the PCI tree lists no NVIDIA function while NVML sees {len(nvml.gpus)} GPU(s): a container or VM "
+            "without the GPUs' PCI functions (crosscheck.gpu_views)")
+
+
 def not_judged_on_partial_view(check: Check, finding: Finding, why: str, detail: str) -> Finding:
     """A board-level finding that did not pass, turned into `skip` on a partial view (`why`)."""
     return check.finding(finding.subject, Status.SKIP, Severity.INFO, f"{detail}, not judged: {why}",
@@ -87,6 +102,69 @@ def per_gpu(check: Check, facts: NodeFacts, expectation: Expectation | None,
         findings.append(check.compare(subject(gpu), expectation, observe(gpu), f"{gpu.label} {what}",
                                       refs=gpu_refs(gpu), bits=bits))
     return findings
+
+
+# --- driver advice an old GPU can follow (issue 22 item 2) ------------------------------------------------
+
+
+def _oldest_branch(facts: NodeFacts) -> tuple[int, str] | None:
+    """The newest driver branch every GPU here still runs, and the architecture that limits it; None when
+    the current branch runs them all (or no GPU's architecture is known)."""
+    nvml = facts.nvml
+    if not isinstance(nvml, NvmlFacts):
+        return None
+    limits = []
+    for gpu in nvml.gpus:
+        arch = gpu.architecture if isinstance(gpu.architecture, int) else (
+            name_architecture(gpu.name) if isinstance(gpu.name, str) else None)
+        branch = last_driver_branch(arch)
+        if branch is not None and arch is not None:
+            limits.append((branch, ARCHITECTURES[arch]))
+    return min(limits) if limits else None
+
+
+def _major(version: object) -> int | None:
+    parsed = versions.parse(version) if isinstance(version, str) else None
+    first = parsed.release[0] if parsed is not None and parsed.release else None
+    return first[1] if first is not None and first[0] == 0 and isinstance(first[1], int) else None
+
+
+def driver_within_branch(check: Check, finding: Finding, facts: NodeFacts, expectation: Expectation) -> Finding:
+    """A driver minimum from a branch the GPU cannot run (Kepler stops at R470, Maxwell/Pascal/Volta at
+    R580) becomes advice within the GPU's last branch: never tell an old GPU to install a driver it cannot run."""
+    limit = _oldest_branch(facts)
+    bound = dict(expectation.comparators).get("version_min")
+    if limit is None or finding.status not in (Status.FAIL, Status.WARN) or bound is None:
+        return finding
+    branch, arch = limit
+    wanted, seen = _major(str(bound)), _major(finding.observed)
+    if wanted is None or wanted <= branch or seen is None:
+        return finding
+    expected = f"the latest R{branch} driver (the last branch that supports {arch})"
+    why = (f"the profile's minimum {bound} is a branch {arch} GPUs cannot run: R{branch} is the last branch that "
+           f"supports {arch}")
+    if seen >= branch:
+        return check.finding(finding.subject, Status.PASS, Severity.INFO,
+                             f"NVIDIA driver {finding.observed}: {why}; this is that branch", observed=finding.observed,
+                             expected=expected, reason=why)
+    return check.finding(finding.subject, Status.WARN, Severity.WARNING,
+                         f"NVIDIA driver {finding.observed} is older than R{branch}: update to the latest R{branch} "
+                         f"driver ({why})", observed=finding.observed, expected=expected, reason=why,
+                         action=finding.action)
+
+
+# --- MIG makes some per-GPU counters N/A (issue 22 item 3) ------------------------------------------------
+
+
+def not_reported_under_mig(check: Check, finding: Finding, gpu: GpuFacts, value: object, what: str) -> Finding:
+    """A counter NVML does not report while MIG is enabled is `skip` that says so, not an unexplained unknown."""
+    if gpu.mig_mode != "enabled" or finding.status not in (Status.SKIP, Status.UNKNOWN) or not isinstance(
+            value, Unknown):
+        return finding
+    return check.finding(finding.subject, Status.SKIP, Severity.INFO,
+                         f"{gpu.label} {what}: not reported (N/A) while MIG is enabled; NVML reports it per GPU "
+                         "instance or not at all in MIG mode", observed=finding.observed, expected=finding.expected,
+                         reason=finding.reason)
 
 
 # --- a BMC firmware inventory entry that is a GPU's VBIOS (gpu.firmware.vbios judges it,

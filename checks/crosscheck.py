@@ -11,6 +11,7 @@ from agent.facts import BmcBinding, BmcFacts, NodeFacts, NvmlFacts
 from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
+from checks._gpu import pci_without_gpus
 
 COUNT = Check("crosscheck.gpu_count", "GPU count: BMC vs NVML vs PCI", source="crosscheck", action="contact_support",
               evidence=("GPU counts from a BMC bound to this host vs NVML vs PCI; a remote or unbound BMC is never "
@@ -85,7 +86,7 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if nvml is not None:
         counts["nvml"] = nvml.device_count
     pci = facts.host.nvidia_gpus
-    if not isinstance(pci, Unknown):
+    if not isinstance(pci, Unknown) and pci_without_gpus(facts) is None:  # a container's PCI tree is no view
         counts["pci"] = len(pci)
     if len(counts) < 2:
         return []

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agent.expect import counter_total, saturated
-from agent.facts import GpuFacts, NodeFacts
+from agent.facts import GpuFacts, NodeFacts, NvmlFacts
 from agent.model import Finding, Severity, Status
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import ECC_BITS, REMAP_BITS, RETIRED_BITS, gpu_refs, nvml_gpus, per_gpu, subject
+from checks._gpu import (
+    ECC_BITS,
+    REMAP_BITS,
+    RETIRED_BITS,
+    gpu_refs,
+    not_reported_under_mig,
+    nvml_gpus,
+    per_gpu,
+    subject,
+)
 
 ECC_MODE = Check("gpu.ecc.mode", "ECC mode", source="nvml", remediation="gpu_ecc", action="reboot",
                  evidence="NVML current and pending ECC mode; a pending change is reported as such")
@@ -47,16 +58,32 @@ def evaluate_mode(facts: NodeFacts, profile: Profile) -> list[Finding]:
     return findings
 
 
+def _mig_aware(check: Check, facts: NodeFacts, findings: list[Finding], observe: Callable[[GpuFacts], object],
+               what: str) -> list[Finding]:
+    """Counters N/A because MIG is enabled say so (issue 22 item 3)."""
+    gpus = {subject(g): g for g in facts.nvml.gpus} if isinstance(facts.nvml, NvmlFacts) else {}
+    return [not_reported_under_mig(check, f, gpus[f.subject], observe(gpus[f.subject]), what)
+            if f.subject in gpus else f for f in findings]
+
+
 @UNCORRECTED.evaluator
 def evaluate_uncorrected(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    return per_gpu(UNCORRECTED, facts, profile.expectation("gpu", "ecc", "uncorrected"),
-                   lambda g: g.ecc_volatile_uncorrected, "volatile uncorrected ECC errors", bits=ECC_BITS)
+    def observe(g: GpuFacts) -> object:
+        return g.ecc_volatile_uncorrected
+
+    what = "volatile uncorrected ECC errors"
+    return _mig_aware(UNCORRECTED, facts, per_gpu(UNCORRECTED, facts, profile.expectation("gpu", "ecc", "uncorrected"),
+                                                  observe, what, bits=ECC_BITS), observe, what)
 
 
 @CORRECTED.evaluator
 def evaluate_corrected(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    return per_gpu(CORRECTED, facts, profile.expectation("gpu", "ecc", "corrected"),
-                   lambda g: g.ecc_aggregate_corrected, "aggregate corrected ECC errors", bits=ECC_BITS)
+    def observe(g: GpuFacts) -> object:
+        return g.ecc_aggregate_corrected
+
+    what = "aggregate corrected ECC errors"
+    return _mig_aware(CORRECTED, facts, per_gpu(CORRECTED, facts, profile.expectation("gpu", "ecc", "corrected"),
+                                                observe, what, bits=ECC_BITS), observe, what)
 
 
 def _retired_total(gpu: GpuFacts) -> object:
@@ -101,9 +128,9 @@ def evaluate_row_remap(facts: NodeFacts, profile: Profile) -> list[Finding]:
                 reason="A remapping failure leaves bad memory in use; the GPU needs replacement",
                 action="contact_support"))
             continue
-        finding = ROW_REMAP.compare(name, expectation, gpu.remapped_uncorrectable,
-                                    f"{gpu.label} rows remapped for uncorrectable errors", refs=gpu_refs(gpu),
-                                    bits=REMAP_BITS)
+        finding = not_reported_under_mig(ROW_REMAP, ROW_REMAP.compare(
+            name, expectation, gpu.remapped_uncorrectable, f"{gpu.label} rows remapped for uncorrectable errors",
+            refs=gpu_refs(gpu), bits=REMAP_BITS), gpu, gpu.remapped_uncorrectable, "row remapping")
         if finding.status is Status.FAIL:  # more remapped rows than the limit: degrading HBM, not a reset
             finding.action = "contact_support"
         if gpu.remap_pending is True and finding.status in (Status.PASS, Status.SKIP):

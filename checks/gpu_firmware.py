@@ -21,7 +21,7 @@ from agent.facts import BmcFacts, FirmwareItem, Maybe, NodeFacts
 from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check
-from checks._gpu import gpu_vbios_image, nvml_gpus, per_gpu, subject
+from checks._gpu import driver_within_branch, gpu_vbios_image, nvml_gpus, per_gpu, subject
 
 # NVML's view, else the BMC's: a cross-check in the engine's terms, so it runs in a BMC-only audit too.
 VBIOS = Check("gpu.firmware.vbios", "GPU VBIOS version", source="crosscheck", action="update_firmware",
@@ -188,7 +188,8 @@ def evaluate_driver(facts: NodeFacts, profile: Profile) -> list[Finding]:
                                reason="A library/kernel module mismatch makes every CUDA program fail")]
     if expectation is None:
         return []
-    return [DRIVER.compare("node", expectation, version, "NVIDIA driver (NVML)")]
+    return [driver_within_branch(DRIVER, DRIVER.compare("node", expectation, version, "NVIDIA driver (NVML)"), facts,
+                                 expectation)]
 
 
 @CUDA.evaluator

@@ -1,8 +1,12 @@
-"""GPU operating modes: persistence, compute mode, MIG."""
+"""GPU operating modes: persistence, compute mode, MIG.
+
+MIG is configuration (issue 22 item 3): base records it at `info`, naming the node's layout (which GPUs
+are partitioned); only a profile that pins it (`equals`) judges it.
+"""
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
+from agent.facts import GpuFacts, NodeFacts
 from agent.model import Finding, Status
 from agent.profiles import Profile
 from checks import Check
@@ -34,8 +38,11 @@ def evaluate_mig(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if expectation is None:
         return []
     gpus, findings = nvml_gpus(MIG, facts, expectation)
+    layout = _layout(gpus)
     for gpu in gpus:
         finding = MIG.compare(subject(gpu), expectation, gpu.mig_mode, f"{gpu.label} MIG mode")
+        if layout and finding.status is Status.PASS:
+            finding.message += f" (MIG layout: {layout})"
         pending = gpu.mig_pending
         if isinstance(pending, str) and pending != gpu.mig_mode:
             finding.status = Status.WARN if finding.status is not Status.FAIL else finding.status
@@ -43,3 +50,12 @@ def evaluate_mig(facts: NodeFacts, profile: Profile) -> list[Finding]:
             finding.action = "reset_gpu"
         findings.append(finding)
     return findings
+
+
+def _layout(gpus: list[GpuFacts]) -> str:
+    """"enabled on GPU 0, 1; disabled on GPU 2": the node's MIG layout in one line ("" when no GPU reports it)."""
+    modes: dict[str, list[str]] = {}
+    for gpu in gpus:
+        if isinstance(gpu.mig_mode, str):
+            modes.setdefault(gpu.mig_mode, []).append(str(gpu.index))
+    return "; ".join(f"{mode} on GPU {', '.join(indexes)}" for mode, indexes in sorted(modes.items()))

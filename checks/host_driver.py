@@ -6,6 +6,7 @@ from agent.facts import NodeFacts
 from agent.model import Finding
 from agent.profiles import Profile
 from checks import Check, expectation_schema
+from checks._gpu import driver_within_branch
 
 DRIVER = Check("host.driver.version", "NVIDIA driver version", source="host", action="upgrade_driver",
                expect_path=("driver", "version"),
@@ -19,4 +20,5 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     expectation = profile.expectation("driver", "version")
     if expectation is None:
         return []
-    return [DRIVER.compare("node", expectation, facts.host.nvidia_driver, "NVIDIA driver")]
+    return [driver_within_branch(DRIVER, DRIVER.compare("node", expectation, facts.host.nvidia_driver, "NVIDIA driver"),
+                                 facts, expectation)]

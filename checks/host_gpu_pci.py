@@ -11,6 +11,7 @@ from agent.matching import board_fit
 from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check, expectation_schema
+from checks._gpu import pci_without_gpus
 
 PCI_COUNT = Check("host.gpu.pci_count", "GPUs on PCI", source="host", action="contact_support",
                   expect_path=("gpu_pci", "count"),
@@ -26,6 +27,10 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     gpus = facts.host.nvidia_gpus
     if isinstance(gpus, Unknown):
         return [PCI_COUNT.missing("node", expectation, gpus, "NVIDIA GPUs on PCI")]
+    blind = pci_without_gpus(facts)
+    if blind is not None:
+        return [PCI_COUNT.finding("node", Status.SKIP, Severity.INFO, f"NVIDIA GPUs on PCI not judged: {blind}",
+                                  observed=0, expected=expectation.expected, reason=expectation.reason)]
     fit = board_fit(profile, facts)
     if not fit.full:
         return [PCI_COUNT.finding("node", Status.SKIP, Severity.INFO,

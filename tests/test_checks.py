@@ -34,7 +34,7 @@ EXPECTED_IDS = {
     "ib.hca.count", "ib.port.state", "ib.port.rate", "ib.port.errors", "ib.firmware", "pcie.link", "pcie.acs",
     "host.iommu", "topology.gpu_nic",
     "bmc.reachable", "bmc.health_rollup", "bmc.psu", "bmc.fans", "bmc.temperatures", "bmc.leak", "bmc.firmware",
-    "firmware.consistency", "bmc.events", "bios.attribute", "bmc.switches", "crosscheck.gpu_count", "crosscheck.gpu_temperature",
+    "firmware.consistency", "bmc.events", "bios.attribute", "bmc.switches", "crosscheck.gpu_count", "crosscheck.gpu_views", "crosscheck.gpu_temperature",
     "crosscheck.gpu_health", "crosscheck.hgx_gpu_health", "crosscheck.identity", "baseline.drift",
     "fabric.manager", "fabric.nvswitch.count", "fabric.sxid",
 }

@@ -44,7 +44,7 @@ REAL_DUMPS = {
     "thamada-gls/A10.q.txt": ("nvidia-pcie", False),
     "gpud/nvidia-smi-query.535.129.03.out.0.valid.a10.txt": ("nvidia-pcie", False),
     "telegraf/a100-sxm4-v12.xml": ("dgx-a100", True),  # 1 of the 4 attached GPUs kept by telegraf
-    "telegraf/a10g.xml": ("generic-nvidia", False),  # PCI ids masked to 00de:0000 by telegraf
+    "telegraf/a10g.xml": ("nvidia-pcie", False),  # PCI ids masked by telegraf: matched by family (its name)
     "telegraf/tesla-t4.xml": ("nvidia-pcie", False),
     "telegraf/rtx-4000-sff-ada-v13.xml": ("nvidia-workstation", False),
     "thamada-gls/A100SXMx4.q.txt": ("hgx-a100-4gpu", False),  # an HGX A100 4-GPU board, judged 4 of 4
@@ -169,8 +169,9 @@ def test_matching_from_the_bmc_is_exact() -> None:
         return select(identify_bmc(bmc), store).profile.name
 
     assert profile_for(*["NVIDIA H200"] * 8) == "hgx-h200-sxm"
-    assert profile_for("NVIDIA GH200 480GB") == "generic-nvidia"  # GH200 is not an H200
-    assert profile_for("NVIDIA H200 NVL") == "generic-nvidia"  # an unknown name maps to nothing
+    # GH200 is not an H200: never hgx-h200-sxm; its name places it in the SXM/superchip family profile.
+    assert profile_for("NVIDIA GH200 480GB") == "nvidia-datacenter-sxm"
+    assert profile_for("NVIDIA H200 NVL") == "nvidia-pcie"  # no id known for the name; its family (PCIe) is
     assert profile_for(*["B200 180GB HBM3e"] * 8) == "hgx-b200"  # an HGX baseboard BMC's GPU model
     # DMI ids of the new profiles are exact too: 10de:27b0 is the RTX 4000 SFF Ada, 10de:27b8 an L4
     from tests.test_profiles import identity

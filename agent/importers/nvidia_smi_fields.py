@@ -60,6 +60,7 @@ def _paths() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     p: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         "name": (("Product Name",), ("product_name",)),
         "architecture": (("Product Architecture",), ("product_architecture",)),
+        "brand": (("Product Brand",), ("product_brand",)),
         "uuid": (("GPU UUID",), ("uuid",)),
         "serial": (("Serial Number",), ("serial",)),
         "vbios": (("VBIOS Version",), ("vbios_version",)),

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from agent.gpu_family import brand_code
 from agent.importers.nvidia_smi_fields import (
     ARCHITECTURES,
     CLOCK_REASONS,
@@ -133,6 +134,7 @@ class _GpuMapper:
         put("nvmlDeviceGetSerial", self.convert("serial", string))
         put("nvmlDeviceGetPciInfo", self.pci_info())
         put("nvmlDeviceGetArchitecture", self.convert("architecture", choice(ARCHITECTURES)))
+        put("nvmlDeviceGetBrand", self.convert("brand", brand_code))  # NVML_BRAND_UNKNOWN for an unknown text
         put("nvmlDeviceGetVbiosVersion", self.convert("vbios", string))
         put("nvmlDeviceGetInforomImageVersion", self.convert("inforom_image", string))
         if gpu.inforom_corrupted:

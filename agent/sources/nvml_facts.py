@@ -9,7 +9,8 @@ Failure handling, per NVML semantics:
 * library missing or driver not loaded -> the source is down;
 * a call that hangs -> the whole read runs in one worker thread under a
   deadline (`agent.sources.deadline`); GPUs not finished become unknown with
-  the call that hung.
+  the call that hung, and the worker stops at its next NVML call (`Cancel`);
+* a GPU count over MAX_GPUS (a hostile recording) -> the source is down, before any loop.
 
 Calls per GPU. The counters and the GPU's power draw and limits come in one
 `nvmlDeviceGetFieldValues` batch (the single call is the fallback where the
@@ -33,7 +34,7 @@ from typing import Any
 
 from agent.facts import GpuFacts, NvmlFacts
 from agent.model import SourceStatus, Unknown, Unsupported
-from agent.sources.deadline import DeadlineExceeded, call_with_deadline
+from agent.sources.deadline import Cancel, DeadlineExceeded, call_with_deadline
 from agent.sources.nvml_const import (
     COMPUTE_MODES,
     DEFAULT_TIMEOUT_S,
@@ -46,11 +47,12 @@ from agent.sources.nvml_const import (
 )
 
 # The facts read once per GPU while the driver stays loaded (see the module docstring).
-STATIC_FACTS = ("name", "uuid", "serial", "pci_bus_id", "pci_id", "architecture", "compute_capability", "vbios",
-                "inforom_image", "inforom_valid", "shutdown_c", "slowdown_c", "gpu_max_c", "memory_max_c",
+STATIC_FACTS = ("name", "uuid", "serial", "pci_bus_id", "pci_id", "architecture", "brand", "compute_capability",
+                "vbios", "inforom_image", "inforom_valid", "shutdown_c", "slowdown_c", "gpu_max_c", "memory_max_c",
                 "default_limit_w", "min_limit_w", "max_limit_w", "default_app_clocks_mhz", "pcie_gen_max",
                 "pcie_width_max")
 GPU_SCOPE = 0  # NVML_POWER_SCOPE_GPU
+MAX_GPUS, MAX_PROCESSES = 64, 4096  # bounds before a count drives a loop (nodes: <= 16 GPUs; MPS: 48 clients)
 
 
 class GpuLost(Exception):
@@ -185,8 +187,10 @@ class _Progress:
 class NvmlReader:
     """Reads every GPU through `nvml`, turning NVML errors into facts."""
 
-    def __init__(self, nvml: Any, progress: _Progress, cache: StaticCache | None = None) -> None:
+    def __init__(self, nvml: Any, progress: _Progress, cache: StaticCache | None = None,
+                 cancel: Cancel | None = None) -> None:
         self.nvml = nvml
+        self.cancel = cancel or Cancel()
         self.progress = progress
         self.cache = cache
         self._gpu_calls = 0
@@ -200,6 +204,7 @@ class NvmlReader:
         caller can try an older one; otherwise it is simply unsupported.
         """
         nvml = self.nvml
+        self.cancel.check()  # the caller's deadline passed: stop here, not after every GPU
         self.progress.current = name
         self.progress.calls += 1
         self._gpu_calls += 1
@@ -239,6 +244,8 @@ class NvmlReader:
         count = self.call("nvmlDeviceGetCount")
         if isinstance(count, Unknown):
             raise RuntimeError(f"cannot count GPUs: {count.reason}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_GPUS:
+            raise RuntimeError(f"NVML reports {str(count)[:40]!r} GPUs, not 0 to {MAX_GPUS}: not believed")
         epoch = self.cache.begin(driver, int(count)) if self.cache is not None else 0
         for index in range(int(count)):
             self._gpu_calls = 0
@@ -295,6 +302,7 @@ class NvmlReader:
             "pci_bus_id": _map(pci, lambda p: normalize_bus_id(p.busId)),
             "pci_id": _map(pci, lambda p: f"{int(p.pciDeviceId) & 0xFFFF:04x}:{int(p.pciDeviceId) >> 16:04x}"),
             "architecture": _map(self.call("nvmlDeviceGetArchitecture", handle), int),
+            "brand": _map(self.call("nvmlDeviceGetBrand", handle), int),
             "compute_capability": _map(self.call("nvmlDeviceGetCudaComputeCapability", handle),
                                        lambda cc: f"{cc[0]}.{cc[1]}"),
             "vbios": _map(self.call("nvmlDeviceGetVbiosVersion", handle), text),
@@ -458,6 +466,8 @@ def _enabled(value: Any) -> str:
 
 def _pids(processes: Any) -> tuple[int, ...]:
     """PIDs from NVML's process list (objects with `pid`; dicts in hand-written recordings)."""
+    if len(processes) > MAX_PROCESSES:
+        raise ValueError(f"{len(processes)} processes, more than {MAX_PROCESSES}")
     return tuple(sorted({int(p["pid"] if isinstance(p, dict) else p.pid) for p in processes}))
 
 
@@ -530,8 +540,8 @@ def read_nvml(nvml: Any, timeout_s: float = DEFAULT_TIMEOUT_S, initialized: bool
     With one (the daemon's session): nvmlInit once, kept between reads, statics cached.
     """
     start = time.monotonic()
-    progress = _Progress()
-    reader = NvmlReader(nvml, progress, cache)
+    progress, cancel = _Progress(), Cancel()
+    reader = NvmlReader(nvml, progress, cache, cancel)
 
     def work() -> NvmlFacts | str:
         try:
@@ -553,7 +563,7 @@ def read_nvml(nvml: Any, timeout_s: float = DEFAULT_TIMEOUT_S, initialized: bool
             return _describe_error(nvml, exc)
 
     try:
-        outcome = call_with_deadline(work, timeout_s=timeout_s, name="nvml-reader")
+        outcome = call_with_deadline(work, timeout_s=timeout_s, name="nvml-reader", cancel=cancel)
     except DeadlineExceeded:
         if cache is not None:
             cache.lost_session()
