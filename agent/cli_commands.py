@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from agent.cli_options import DIR_PATH, FILE_PATH, PATH, bmc_options, load_cli_config, source_options
-from agent.cli_support import State, error, wants_json, warn
+from agent.cli_support import State, error, os_errors_as_exits, wants_json, warn
 from agent.errors import EXIT_USAGE, NodewardenError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -137,7 +137,8 @@ def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: P
         keys = sorted({k for name in store.names() for k in store.profile(name).sysctl_keys})
         return capture_live(target, keys, bmc=bmc_options(config, bmc))
 
-    captured = capture_archive(out, capture, kinds) if is_archive(out) else capture(out)
+    with os_errors_as_exits("capture"):  # ENOSPC, EIO: exit 1; never "internal error"
+        captured = capture_archive(out, capture, kinds) if is_archive(out) else capture(out)
     click.echo(f"captured {', '.join(captured)} into {out}")
 
 
@@ -168,7 +169,8 @@ def snapshot_import(inputs: tuple[Path, ...], out: Path, forced: tuple[str, ...]
             paths.append(Path(name))
     if not paths:
         raise ConfigError("name at least one input (a file, folder or archive)")
-    summary = import_inputs(paths, out, kinds)
+    with os_errors_as_exits("import"):
+        summary = import_inputs(paths, out, kinds)
     for entry in summary.entries:
         if entry.error:
             click.echo(f"error: {entry.name}: {entry.error}", err=True)
@@ -187,7 +189,8 @@ def snapshot_import_nvidia_smi(file: Path, out: Path) -> None:
     """Build a snapshot's NVML part from `nvidia-smi -q` text or `-q -x` XML (e.g. from nvidia-bug-report)."""
     from agent.importers.nvidia_smi import import_nvidia_smi
 
-    result = import_nvidia_smi(file, out)
+    with os_errors_as_exits("import"):
+        result = import_nvidia_smi(file, out)
     click.echo(f"imported {result.gpu_count} GPU(s), driver {result.driver_version or 'unknown'}, "
                f"from {result.format} dump {file} into {out}")
     for warning in result.warnings:
@@ -312,6 +315,10 @@ def fleet() -> None:
 @fleet.command("report")
 @click.argument("inputs", nargs=-1, type=PATH)
 @click.option("--prometheus", metavar="URL", help="Also read nodes' findings from this Prometheus (HTTP API).")
+@click.option("--prometheus-timeout", default=300.0, show_default=True, type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Total time for all Prometheus queries.")
+@click.option("--prometheus-max-mb", default=128, show_default=True, type=click.IntRange(min=1), metavar="MB",
+              help="Largest answer read for one Prometheus query.")
 @click.option("--format", "fmt", type=click.Choice(["html", "md", "csv", "json"]), required=True)
 @click.option("--output", type=FILE_PATH, metavar="FILE",
               help="Write here atomically (default: stdout).")
@@ -324,8 +331,9 @@ def fleet() -> None:
 @click.option("--expect-nodes", type=click.Path(path_type=Path, dir_okay=False, exists=True), metavar="FILE",
               help="Node names that must have reported, one per line (e.g. from the Ansible inventory).")
 @click.option("--now", "now_text", hidden=True, help="Judge ages as of this ISO time (tests).")
-def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, output: Path | None, stale_after: str,
-                 expiring_within: str, thermal_delta: float, expect_nodes: Path | None, now_text: str | None) -> None:
+def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, prometheus_timeout: float, prometheus_max_mb: int,
+                 fmt: str, output: Path | None, stale_after: str, expiring_within: str, thermal_delta: float,
+                 expect_nodes: Path | None, now_text: str | None) -> None:
     """Summarise audit JSON files or folders of them (as fleet-audit.yml collects them). Exit 2: no input."""
     import datetime as dt
 
@@ -349,7 +357,8 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, fmt: str, out
         if prometheus:
             from agent.fleet.prometheus import read_prometheus
 
-            for summary in read_prometheus(prometheus, keep_rows=fmt == "csv"):
+            for summary in read_prometheus(prometheus, keep_rows=fmt == "csv", timeout_s=prometheus_timeout,
+                                           max_bytes=prometheus_max_mb << 20):
                 reader.add_summary(summary)
         for item in skipped:
             warn(f"skipped {item.path}: {item.reason}")

@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fnmatch
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -111,6 +113,7 @@ def add_global_options(command: click.Command) -> None:
 # Commands defined in their own modules and imported when first named: name -> (module, attribute).
 LAZY_COMMANDS = {
     "baseline": ("agent.baseline", "baseline"),  # it imports agent.cli only inside its functions
+    "accept": ("agent.commands.accept", "accept"),
     **{name: ("agent.cli_commands", attribute) for name, attribute in (
         ("profiles", "profiles"), ("snapshot", "snapshot"), ("remediate", "remediate"), ("rollback", "rollback"),
         ("daemon", "daemon"), ("fleet", "fleet"), ("install", "install_command"),
@@ -335,3 +338,27 @@ def stdout_is_tty() -> bool:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+# The machine's fault, not the input's: a full disk or quota, an I/O error, a read-only file system.
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ENOMEM,
+                                 errno.EMFILE, errno.ENFILE})
+
+
+@contextlib.contextmanager
+def os_errors_as_exits(what: str) -> Iterator[None]:
+    """An OSError escaping `what` (snapshot capture, import) is one clear line, never "internal error" (3):
+    exit 1 (EnvironmentFault) for the machine's fault, exit 2 (SnapshotError) for anything else, which
+    the input or the operator's paths caused (a name too long, a folder not allowed)."""
+    from agent.errors import EnvironmentFault, NodewardenError, SnapshotError
+
+    try:
+        yield
+    except NodewardenError:
+        raise
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else None
+        reason = exc.strerror or str(exc)
+        if exc.errno in _ENVIRONMENT_ERRNOS:
+            raise EnvironmentFault(f"{what} failed: {reason} (nothing was published)", path=where) from None
+        raise SnapshotError(f"{what} failed: {reason}", path=where) from None

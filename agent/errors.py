@@ -50,3 +50,9 @@ class AuditError(NodewardenError):
     """The audit could not run at all."""
 
     exit_code = EXIT_CANNOT_RUN
+
+
+class EnvironmentFault(NodewardenError):
+    """The machine failed the command (a full disk, an I/O error), not its input: exit 1, never 3."""
+
+    exit_code = EXIT_FAIL

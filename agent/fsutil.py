@@ -26,8 +26,10 @@ world-readable. The rules below hold for every output and are tested once:
   or the running user and writable by nobody else (sshd's `StrictModes`); a
   sticky world-writable parent such as /tmp is acceptable as a parent only.
   An existing folder is never chmod'ed.
-* `publish_dir`: a new output folder (a snapshot) is filled in a private
-  temporary sibling and renamed into place.
+* Writes beneath a folder held by descriptor (`replace_at`, with agent.dirfd
+  walking it once without following links) and new output folders
+  (agent.fsout.OutputDir: built in a private folder held by descriptor,
+  published with renameat2(RENAME_NOREPLACE); issue 21).
 
 Floor 1 of the layout: imports nothing from agent but agent.errors.
 """
@@ -40,7 +42,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from agent.errors import EXIT_CANNOT_RUN, NodewardenError
@@ -103,28 +105,29 @@ def _temp_name(name: str) -> str:
     return f".{name[:200]}.{secrets.token_hex(6)}.tmp"
 
 
-def remove_temp_files(path: str | Path) -> list[str]:
+def remove_temp_files(path: str | Path, *, dir_fd: int | None = None) -> list[str]:
     """Delete the temporary files a killed `replace_file` of `path` left in its folder.
 
     Only names of our own pattern for exactly this file, only regular files (never a symlink
-    someone planted under such a name), only in the folder as opened without following links.
+    someone planted under such a name), only in the folder as opened without following links
+    (or the folder `dir_fd` already held, where `path` is just the file's name in it).
     """
     folder, name = os.path.split(os.fspath(path))
     pattern = re.compile(rf"^\.{re.escape(name[:200])}\.[0-9a-f]{{12}}\.tmp$")
     try:
-        dir_fd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return []
     removed = []
     try:
-        for entry in os.listdir(dir_fd):
-            if pattern.match(entry) and stat.S_ISREG(os.stat(entry, dir_fd=dir_fd, follow_symlinks=False).st_mode):
-                os.unlink(entry, dir_fd=dir_fd)
+        for entry in os.listdir(fd):
+            if pattern.match(entry) and stat.S_ISREG(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                os.unlink(entry, dir_fd=fd)
                 removed.append(entry)
         if removed:
-            os.fsync(dir_fd)
+            os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
     return removed
 
 
@@ -482,54 +485,19 @@ def open_dir_nofollow(path: str | Path) -> int:
         raise _os_error(exc, os.fspath(path), "open the folder to lock it") from None
 
 
-# --- new output folders (snapshots) ----------------------------------------------------------
+# --- new output folders (snapshots) and writes beneath a held folder -----------------------------
 
 
-def _empty_or_missing(out: Path) -> bool:
-    try:
-        st = os.lstat(out)
-    except FileNotFoundError:
-        return True
-    return stat.S_ISDIR(st.st_mode) and not any(os.scandir(out))
+def replace_at(dir_fd: int, name: str, data: bytes | str, mode: int, *, shown: str,
+               owner: tuple[int, int] | None = None) -> None:
+    """`replace_file` of `name` inside a folder already held by descriptor (agent.dirfd.open_dir)."""
+    _replace_in(dir_fd, name, _as_bytes(data), mode, owner, shown)
 
 
-def new_output_dir(out: Path) -> Path:
-    """A private temporary folder beside `out` to fill; `out` must be missing or an empty folder."""
-    import tempfile
-
-    if not _empty_or_missing(out):
-        raise FileSafetyError("output exists and is not an empty directory; refusing to overwrite", path=str(out))
-    folder = out.parent
-    if not folder.is_dir():
-        raise FileSafetyError(f"folder {folder} does not exist (nodewarden does not create it)", path=str(out))
-    try:
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=folder))  # mode 0700, O_EXCL-like mkdir
-    except OSError as exc:
-        raise _os_error(exc, str(out), "create the output folder") from None
+def check_folder(st: os.stat_result, path: str, *, what: str, named: str) -> None:
+    """Refuse (exit 2) a folder another user could change under us: owned by someone other than root
+    or the running user, or group/other-writable without the sticky bit."""
+    _check_dir(path, st, final=False, what=what, named=named)
 
 
-def publish_dir(tmp: Path, out: Path) -> None:
-    """Rename the filled temporary folder to `out` (an empty folder there is replaced atomically)."""
-    try:
-        os.rename(tmp, out)
-    except OSError as exc:
-        raise _os_error(exc, str(out), "put the output folder in place") from None
-    fsync_dir(out.parent)
-
-
-def write_output_dir(out: Path, fill: Callable[[Path], None], what: str = "snapshot") -> None:
-    """Create the folder `out` whole or not at all: `fill` writes into a private sibling, which is
-    then renamed into place; on any failure the sibling is removed (an OSError becomes exit 2)."""
-    import shutil
-
-    tmp = new_output_dir(out)
-    try:
-        fill(tmp)
-        publish_dir(tmp, out)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise FileSafetyError(f"cannot write the {what}: {exc.strerror or exc}", path=str(out)) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
+open_folder, os_error = _open_folder, _os_error  # for agent.fsout, which builds output folders

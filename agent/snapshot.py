@@ -6,8 +6,9 @@
     SNAPSHOT/fs_errors.json paths whose read failed live, with the errno name
     SNAPSHOT/kmsg.txt       /dev/kmsg records
 
-`capture` writes into a temporary sibling folder and renames it into place,
-so an interrupted capture never leaves a half-written snapshot behind.
+`capture` writes into a private temporary sibling held by descriptor and renames it into
+place (agent.fsout.OutputDir), so an interrupted capture never leaves a half-written
+snapshot behind, and a user who can write the parent cannot redirect the writes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent import __version__
 from agent.errors import SnapshotError
@@ -31,6 +32,9 @@ from agent.sources.local_sources import CAPTURE_SYSCTLS
 from agent.sources.registry import SOURCES
 from agent.sources.source import CaptureOptions, Recording
 from agent.yamlfile import load_yaml_file
+
+if TYPE_CHECKING:
+    from agent.fsout import OutputDir
 
 log = logging.getLogger("nodewarden.snapshot")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -126,20 +130,15 @@ def open_snapshot(path: Path) -> Snapshot:
     return Snapshot(path, meta)
 
 
-def _prepare_out(out: Path) -> Path:
-    """A private (0700) temporary sibling of `out` to fill; its folder must exist (exit 2 otherwise)."""
-    from agent.fsutil import new_output_dir  # capture-only imports stay off the audit path
+def _prepare_out(out: Path) -> OutputDir:
+    """A private (0700) folder beside `out`, held by descriptor, to fill (agent.fsout.OutputDir: its
+    parent must exist and be safe, `out` missing or an empty folder; exit 2 otherwise)."""
+    from agent.fsout import OutputDir  # capture-only imports stay off the audit path
 
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):  # the friendly message; OutputDir re-checks
         raise SnapshotError("output exists and is not an empty directory; refusing to overwrite",
                             path=str(out))
-    return new_output_dir(out)
-
-
-def _finish(tmp: Path, out: Path) -> None:
-    from agent.fsutil import publish_dir
-
-    publish_dir(tmp, out)  # one rename, also over the empty folder checked above
+    return OutputDir(out)
 
 
 def write_meta(path: Path, hostname: str, captured: list[str], **extra: Any) -> None:
@@ -164,20 +163,14 @@ def capture_live(out: Path, sysctl_keys: list[str], root: LiveFs | None = None,
     `root`, `kmsg_device` and `nvml_backend` exist for tests, which capture a
     fake root and a replayed NVML.
     """
-    import shutil
-
     options = CaptureOptions(sysctl_keys=tuple(sysctl_keys), bmc=bmc, root=root, kmsg_device=kmsg_device,
                              nvml_backend=nvml_backend)
-    tmp = _prepare_out(out)
-    try:
+    with _prepare_out(out) as work:  # removed on failure, SIGTERM or SIGINT
         done = Recording()
         for source in SOURCES:
-            source.record(tmp, options, done)
-        write_meta(tmp, done.hostname or "unknown", done.captured, notes=done.notes)
-        _finish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            source.record(work.path, options, done)
+        write_meta(work.path, done.hostname or "unknown", done.captured, notes=done.notes)
+        work.publish()
     return done.captured
 
 
@@ -188,23 +181,18 @@ def copy_snapshot(source: Snapshot, out: Path) -> list[str]:
     link: a symlink (which could point anywhere on this machine), FIFO, socket or
     device in it is left out, with a warning naming it.
     """
-    import shutil
-    tmp = _prepare_out(out)
-    try:
+    with _prepare_out(out) as work:
         left_out: list[str] = []
         root = os.open(source.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            _copy_inside(root, tmp, "", left_out)
+            _copy_inside(root, work.path, "", left_out)
         finally:
             os.close(root)
         for entry in left_out[:_LEFT_OUT_SHOWN]:
             log.warning("snapshot copy: not copied: %s", entry)
         if len(left_out) > _LEFT_OUT_SHOWN:
             log.warning("snapshot copy: %d more entries not copied", len(left_out) - _LEFT_OUT_SHOWN)
-        _finish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        work.publish()
     return source.captured
 
 

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import json
 import os
+import posixpath
 import re
 import stat
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent import dirfd
 from agent.credentials import BmcOptions
 from agent.errors import SnapshotError
-from agent.fsutil import fsync_dir, remove_temp_files, replace_file
+from agent.fsutil import FileSafetyError, check_folder, remove_temp_files, replace_at
 from agent.sources.deadline import call_with_deadline
 from agent.sources.fsroot import FsRoot, LiveFs
-from agent.sources.fsroot_snapshot import SnapshotFs, checked_write_path
+from agent.sources.fsroot_snapshot import SnapshotFs, checked_write_path, open_write_dir
 from agent.sources.nvml import RecordedNvml, load_live_nvml
 from agent.sources.redfish import LiveRedfish, PatchResult, RecordedRedfish, RedfishError, valid_path
 
@@ -32,34 +36,57 @@ def _check_path(path: str) -> None:
         raise ValueError(f"refusing path {path!r}")
 
 
-def write_file_atomic(real: str, data: bytes, mode: int) -> None:
-    """Replace a file durably through agent.fsutil's one atomic writer (O_EXCL|O_NOFOLLOW temp file,
-    fchmod on the descriptor, fsync, rename, fsync of the folder).
-
-    Remediation semantics stay: the folders a FileEdit needs are created (the
-    journal lists them, rollback removes them), and the file gets `mode` and root's ownership.
-    """
-    os.makedirs(os.path.dirname(real), exist_ok=True)
-    replace_file(real, data, mode)
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def remove_file(real: str) -> None:
+def _trusted(uid: int) -> bool:
+    return uid in (0, os.geteuid())
+
+
+def _refuse_shared(st: os.stat_result, shown: str) -> None:
+    """A folder on the way to a write that another user could change under us: the action fails."""
     try:
-        os.unlink(real)
+        check_folder(st, shown, what="folder to write in", named=shown)
+    except FileSafetyError as exc:
+        raise PermissionError(errno.EPERM, exc.message, shown) from None
+
+
+def check_target_root(fd: int, shown: str) -> None:
+    """Refuse (exit 2, naming it) a target root another non-root user can change (issue 21, 1)."""
+    check_folder(os.fstat(fd), shown, what="target", named=shown)
+
+
+def _read_at(dir_fd: int, name: str) -> tuple[bytes, int] | None:
+    """A regular file's bytes and mode inside a held folder (never through a link); None when missing."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", name)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(), stat.S_IMODE(st.st_mode)
+    finally:
+        os.close(fd)
+
+
+def _remove_at(dir_fd: int, name: str, *, folder: bool = False) -> None:
+    """Unlink a file (or remove an empty folder we made) inside a held folder; gone already is fine,
+    a folder someone else filled since is kept."""
+    try:
+        if folder:
+            os.rmdir(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         return
-    fsync_dir(os.path.dirname(real))
-
-
-def remove_empty_dir(real: str) -> None:
-    """Remove a directory we created, only if nothing else was put there since."""
-    try:
-        os.rmdir(real)
-    except FileNotFoundError:
-        return
-    except OSError:  # not empty: someone else uses it now; keep it
-        return
-    fsync_dir(os.path.dirname(real))
+    except OSError:
+        if folder:
+            return
+        raise
+    os.fsync(dir_fd)
 
 
 NVML_TIMEOUT_S = 10.0
@@ -113,9 +140,18 @@ class RecordedBmcWriter:
     the pending settings at the next boot.
     """
 
-    def __init__(self, snapshot_dir: Path) -> None:
+    def __init__(self, snapshot_dir: Path, open_dir: Callable[[str, str, bool], int]) -> None:
         self._reader = RecordedRedfish(snapshot_dir)
         self._base = snapshot_dir
+        self._open_dir = open_dir  # (folder relative to the snapshot, path shown, make) -> held folder
+
+    def _replace(self, path: str, data: bytes) -> None:
+        fd = self._open_dir(valid_path(path).lstrip("/"), path, True)
+        try:
+            old = _read_at(fd, "index.json")
+            replace_at(fd, "index.json", data, old[1] if old else 0o644, shown=path)
+        finally:
+            os.close(fd)
 
     def _file(self, path: str) -> Path:
         # Inside the snapshot only: a real symlink among redfish/'s folders is refused (RefusedEntry).
@@ -139,9 +175,7 @@ class RecordedBmcWriter:
         updated = {**current, "Attributes": attributes}
         if "@Redfish.SettingsApplyTime" in body:
             updated["@Redfish.SettingsApplyTime"] = body["@Redfish.SettingsApplyTime"]
-        file = self._file(clean)
-        write_file_atomic(str(file), (json.dumps(updated, indent=4, sort_keys=True) + "\n").encode(),
-                          stat.S_IMODE(os.stat(file).st_mode) if file.exists() else 0o644)
+        self._replace(clean, (json.dumps(updated, indent=4, sort_keys=True) + "\n").encode())
         return PatchResult(204, None)
 
     def raw(self, path: str) -> bytes | None:
@@ -151,12 +185,25 @@ class RecordedBmcWriter:
             return None
 
     def restore_raw(self, path: str, raw: bytes | None) -> None:
-        file = self._file(path)
         if raw is not None:
-            write_file_atomic(str(file), raw, stat.S_IMODE(os.stat(file).st_mode) if file.exists() else 0o644)
+            self._replace(path, raw)
             return
-        remove_file(str(file))
-        remove_empty_dir(str(file.parent))  # the directory our PATCH created, if nothing else is there
+        folder = valid_path(path).lstrip("/")
+        parent, _, last = folder.rpartition("/")
+        try:
+            fd = self._open_dir(parent, path, False)
+        except FileNotFoundError:
+            return
+        try:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                held = os.open(last, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    _remove_at(held, "index.json")
+                finally:
+                    os.close(held)
+            _remove_at(fd, last, folder=True)  # the directory our PATCH created, if nothing else is there
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         return None
@@ -169,6 +216,11 @@ class _RootedFiles(abc.ABC):
     def _real(self, path: str) -> str:
         """The real file behind an absolute node path."""
 
+    @abc.abstractmethod
+    def _open_parent(self, path: str, make: bool) -> tuple[int, str]:
+        """The folder holding `path`, opened once without following a link it may not (missing
+        folders made when `make`), and the name in it: every write is relative to it (issue 21, 1)."""
+
     def read(self, path: str) -> bytes | None:
         try:
             with open(self._real(path), "rb") as handle:
@@ -177,11 +229,19 @@ class _RootedFiles(abc.ABC):
             return None
 
     def write_file(self, path: str, data: bytes | None, mode: int) -> None:
-        real = self._real(path)
-        if data is None:
-            remove_file(real)
-        else:
-            write_file_atomic(real, data, mode)
+        try:
+            fd, name = self._open_parent(path, data is not None)
+        except FileNotFoundError:
+            if data is None:
+                return  # nothing to remove
+            raise
+        try:
+            if data is None:
+                _remove_at(fd, name)
+            else:
+                replace_at(fd, name, data, mode, shown=path)
+        finally:
+            os.close(fd)
 
     def file_mode(self, path: str) -> int | None:
         try:
@@ -197,11 +257,22 @@ class _RootedFiles(abc.ABC):
         removed: list[str] = []
         for path in paths:
             with contextlib.suppress(OSError, ValueError):
-                removed += remove_temp_files(self._real(path))
+                fd, name = self._open_parent(path, False)
+                try:
+                    removed += remove_temp_files(name, dir_fd=fd)
+                finally:
+                    os.close(fd)
         return removed
 
     def remove_empty_dir(self, path: str) -> None:
-        remove_empty_dir(self._real(path))
+        try:
+            fd, name = self._open_parent(path, False)
+        except FileNotFoundError:
+            return
+        try:
+            _remove_at(fd, name, folder=True)
+        finally:
+            os.close(fd)
 
 
 class LiveTarget(_RootedFiles):
@@ -251,6 +322,20 @@ class LiveTarget(_RootedFiles):
         _check_path(path)
         return path if self.root == "/" else os.path.join(self.root, path.lstrip("/"))
 
+    def _open_parent(self, path: str, make: bool) -> tuple[int, str]:
+        _check_path(path)
+        parent, _, name = path.rpartition("/")
+        root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            # A link on the way is followed only where root or we made it (the folder holding it
+            # was checked already): /etc entries may be links on some systems, never someone else's.
+            fd, _made = dirfd.open_dir(root, parent.lstrip("/"), check=_refuse_shared,
+                                       make=0o755 if make else None, follow=lambda _fd, st, _s: _trusted(st.st_uid),
+                                       shown=self.root)
+        finally:
+            os.close(root)
+        return fd, name
+
     def write_attr(self, path: str, value: str, shown: Callable[[bytes, str], bytes]) -> None:
         # Kernel attributes take the bare value in one write(); no temp file
         # or rename is possible in procfs/sysfs.
@@ -296,6 +381,30 @@ class SnapshotTarget(_RootedFiles):
         if writable and not os.access(self.snapshot_fs.base, os.W_OK):
             raise SnapshotError("snapshot is read-only; copy it first with "
                                 "`nodewarden snapshot capture --snapshot DIR --out NEW`", path=str(snapshot_dir))
+        # Opened once: every write below is relative to this folder, wherever its name goes meanwhile.
+        self._root_fd = os.open(snapshot_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._finalizer = weakref.finalize(self, os.close, self._root_fd)
+        if writable:
+            check_target_root(self._root_fd, str(snapshot_dir))
+
+    def _open_held(self, rel: str, path: str, make: bool) -> int:
+        return open_write_dir(self._root_fd, rel, path, make=make, check=_refuse_shared)
+
+    def _open_parent(self, path: str, make: bool) -> tuple[int, str]:
+        _check_path(path)
+        parent, _, name = path.rpartition("/")
+        if name in ("", ".", ".."):
+            raise ValueError(f"refusing path {path!r}")
+        rel = self.snapshot_fs.resolve(parent) if parent else ""  # recorded links, clamped to fs/
+        return self._open_held(posixpath.join("fs", rel), path, make), name
+
+    def _replace_top(self, name: str, data: bytes) -> None:
+        fd = self._open_held("", name, False)
+        try:
+            mode = stat.S_IMODE(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+            replace_at(fd, name, data, mode, shown=name)
+        finally:
+            os.close(fd)
 
     def _real(self, path: str) -> str:
         _check_path(path)
@@ -307,12 +416,11 @@ class SnapshotTarget(_RootedFiles):
         """Every temporary file of ours in the snapshot: a recording's writes all replace files
         (fs/ attributes, nvml.json, redfish/ settings), so a kill can leave one anywhere in it."""
         removed: list[str] = []
-        for folder, dirs, _files in os.walk(self.path, followlinks=False):
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
-            for name in _files:
+        for _folder, _dirs, files, folder_fd in os.fwalk(".", dir_fd=self._root_fd):  # never through a link
+            for name in files:
                 match = _TEMP_RE.match(name)
                 if match:
-                    removed += remove_temp_files(os.path.join(folder, match.group(1)))
+                    removed += remove_temp_files(match.group(1), dir_fd=folder_fd)
         return removed
 
     def nvml(self) -> Any:
@@ -321,41 +429,49 @@ class SnapshotTarget(_RootedFiles):
         return self._nvml
 
     def bmc(self) -> RecordedBmcWriter | None:
-        return RecordedBmcWriter(self._redfish_dir.parent) if self._redfish_dir.is_dir() else None
+        if not self._redfish_dir.is_dir():
+            return None
+        return RecordedBmcWriter(self._redfish_dir.parent, self._open_held)
 
     def close(self) -> None:
-        return None
+        self._finalizer()
 
     def nvml_commit(self) -> None:
         if self._nvml is not None:
-            write_file_atomic(str(self._nvml_path), self._nvml.to_bytes(),
-                              stat.S_IMODE(os.stat(self._nvml_path).st_mode))
+            self._replace_top("nvml.json", self._nvml.to_bytes())
 
     def nvml_raw(self) -> bytes | None:
         return self._nvml_path.read_bytes() if self._nvml_path.is_file() else None
 
     def nvml_restore_raw(self, raw: bytes) -> None:
-        write_file_atomic(str(self._nvml_path), raw, stat.S_IMODE(os.stat(self._nvml_path).st_mode))
+        self._replace_top("nvml.json", raw)
         self._nvml = None  # re-read on next use
 
+    def _rewrite(self, path: str, change: Callable[[bytes], bytes]) -> None:
+        """Replace the recorded attribute file `path` (it must exist, as in sysfs) with `change(old)`."""
+        fd, name = self._open_parent(path, False)
+        try:
+            got = _read_at(fd, name)
+            if got is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            replace_at(fd, name, change(got[0]), got[1], shown=path)
+        finally:
+            os.close(fd)
+
     def write_attr(self, path: str, value: str, shown: Callable[[bytes, str], bytes]) -> None:
-        real = self._real(path)
-        with open(real, "rb") as handle:  # an attribute must exist, as in sysfs
-            old = handle.read()
-        write_file_atomic(real, shown(old, value), stat.S_IMODE(os.stat(real).st_mode))
+        self._rewrite(path, lambda old: shown(old, value))
 
     def restore_attr(self, path: str, raw: bytes, value: str) -> None:
-        real = self._real(path)
-        write_file_atomic(real, raw, stat.S_IMODE(os.stat(real).st_mode))
+        self._rewrite(path, lambda _old: raw)
 
     def write_at(self, path: str, offset: int, data: bytes) -> None:
         # The recorded file is rewritten whole (atomic rename), with the bytes spliced in.
-        real = self._real(path)
-        with open(real, "rb") as handle:  # the file must exist, as in sysfs
-            old = handle.read()
-        if offset + len(data) > len(old):
-            raise ValueError(f"{path}: {len(old)} bytes, cannot write {len(data)} at offset {offset}")
-        write_file_atomic(real, old[:offset] + data + old[offset + len(data):], stat.S_IMODE(os.stat(real).st_mode))
+        def splice(old: bytes) -> bytes:
+            if offset + len(data) > len(old):
+                raise ValueError(f"{path}: {len(old)} bytes, cannot write {len(data)} at offset {offset}")
+            return old[:offset] + data + old[offset + len(data):]
+
+        self._rewrite(path, splice)
 
     def listdir(self, path: str) -> list[str]:
         try:

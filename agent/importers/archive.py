@@ -3,7 +3,7 @@
 Writing: the snapshot is captured into a private (0700) temporary folder beside
 the target, redacted there, packed into a temporary .tar.gz in that folder
 (created with O_EXCL, regular files and folders only, owner and group names
-dropped), then published by one rename (agent.fsutil.publish_dir: the target
+dropped), then published by one rename (agent.fsout.OutputDir.publish: the target
 must not exist) and the temporary folder removed.
 
 `--redact serials,uuids,hostnames,macs,ips,guids` replaces each value in every file of
@@ -18,17 +18,23 @@ hex digits as ibstat prints them, four colon groups as sysfs node_guid) and GIDs
 
 Reading: the archive is read with the importer's rules (agent.importers.inputs:
 bounded, no links, no absolute names, no "..") and its files written into a
-private temporary folder that is removed when the process exits.
+private temporary folder ($TMPDIR/nodewarden-snapshot-PID-*) that is removed when the
+process exits, SIGTERM included; one left by a killed run (SIGKILL) is removed by the next
+run that extracts an archive, once its pid is gone.
+
+Redaction refuses (exit 2) a JSON file nested too deeply to be searched for serials: an
+archive with them left in it is never written.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -79,15 +85,32 @@ def _files(root: Path) -> list[Path]:
 
 
 def _json_serials(value: Any, found: set[str]) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, str) and "serial" in str(key).lower():
-                found.add(item.strip())
-            else:
-                _json_serials(item, found)
-    elif isinstance(value, list):
-        for item in value:
-            _json_serials(item, found)
+    pending = [value]  # a stack, not recursion: a hostile BMC's body may nest as deep as it likes
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, str) and "serial" in str(key).lower():
+                    found.add(item.strip())
+                else:
+                    pending.append(item)
+        elif isinstance(value, list):
+            pending.extend(value)
+
+
+def _json_for_redaction(path: Path, rel: str) -> Any:
+    """A snapshot file's JSON, or None when it is not JSON. Too deep to parse is refused: its serials
+    could not be found, and the archive would carry them unredacted."""
+    from agent.jsonfile import MAX_DEPTH, nesting_depth
+
+    data = path.read_bytes()
+    if nesting_depth(data, MAX_DEPTH) > MAX_DEPTH:
+        raise SnapshotError(f"JSON nested deeper than {MAX_DEPTH} levels: cannot redact it, "
+                            "so no archive is written", path=rel)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _values(root: Path, kinds: tuple[str, ...]) -> dict[str, set[bytes]]:
@@ -100,8 +123,7 @@ def _values(root: Path, kinds: tuple[str, ...]) -> dict[str, set[bytes]]:
         if "serial" in path.name.lower() and rel.startswith("fs/"):
             serials.add(path.read_text("utf-8", "replace").strip())
         if path.suffix == ".json":
-            with contextlib.suppress(ValueError):
-                _json_serials(json.loads(path.read_bytes()), serials)
+            _json_serials(_json_for_redaction(path, rel), serials)
         if rel in _HOST_FILES:
             hosts.add(path.read_text("utf-8", "replace").strip())
         if re.fullmatch(r"fs/sys/class/net/[^/]+/address", rel):
@@ -226,32 +248,23 @@ def redact_tree(root: Path, kinds: tuple[str, ...]) -> Redactor:
 
 def capture_archive(out: Path, capture: Callable[[Path], list[str]], redact: tuple[str, ...] = ()) -> list[str]:
     """Capture into a private folder beside `out`, redact, pack as .tar.gz and publish it at `out` (new)."""
-    from agent.fsutil import fsync_dir, publish_dir
+    from agent.fsout import OutputDir  # built in a folder held by descriptor (issue 21, 2)
 
-    if os.path.lexists(out):
-        raise SnapshotError("output exists; refusing to overwrite", path=str(out))
-    if not out.parent.is_dir():
-        raise SnapshotError(f"folder {out.parent} does not exist (nodewarden does not create it)", path=str(out))
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with OutputDir(out, what="archive", replace_empty=False) as work:  # refuses an existing `out` or an unsafe parent
         top = out.name.removesuffix(".tgz").removesuffix(".tar.gz") or "snapshot"
-        snap = work / top
+        snap = work.path / top
         captured = capture(snap)
         if redact:
             redact_tree(snap, redact)
-        packed = work / "snapshot.tar.gz"
-        fd = os.open(packed, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open("snapshot.tar.gz", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=work.fd)
         with os.fdopen(fd, "wb") as handle:
             with tarfile.open(fileobj=handle, mode="w:gz") as archive:
                 archive.add(snap, arcname=top, recursive=True, filter=_clean)
             handle.flush()
             os.fsync(handle.fileno())
-        if os.path.lexists(out):
-            raise SnapshotError("output appeared while capturing; refusing to overwrite", path=str(out))
-        publish_dir(packed, out)
-        fsync_dir(out.parent)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        work.publish("snapshot.tar.gz")  # renameat2(RENAME_NOREPLACE): never over what appeared meanwhile
+        work.discard()
     return captured
 
 
@@ -268,8 +281,11 @@ def extract_archive(path: Path) -> Path:
     from agent.importers.bundle import put_file
     from agent.importers.inputs import Reader
 
-    work = Path(tempfile.mkdtemp(prefix="nodewarden-snapshot-"))
+    _remove_stale_extractions()
+    # Named with our pid, so that a later run can tell a folder left by a killed one (SIGKILL) from a live one's.
+    work = Path(tempfile.mkdtemp(prefix=f"{_EXTRACT_PREFIX}{os.getpid()}-"))
     atexit.register(shutil.rmtree, work, True)
+    _exit_on_terminate()
     prefix = f"{path}:"
     for entry in Reader().read_paths([path]):
         if entry.error and entry.name == str(path):
@@ -278,9 +294,67 @@ def extract_archive(path: Path) -> Path:
             raise SnapshotError(f"refused: {entry.name.removeprefix(prefix)}: {entry.error}", path=str(path))
         if entry.data is None or not entry.name.startswith(prefix):
             continue
-        put_file(work, entry.name[len(prefix):], entry.data)
+        try:
+            put_file(work, entry.name[len(prefix):], entry.data)
+        except OSError as exc:  # $TMPDIR full or failing: the machine's fault (exit 1); a bad name: the input's (2)
+            from agent.errors import EnvironmentFault
+
+            kind = EnvironmentFault if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else SnapshotError
+            raise kind(f"cannot unpack {entry.name.removeprefix(prefix)} into {work.parent}: "
+                       f"{exc.strerror or exc}", path=str(path)) from None
     candidates = [work] if (work / "meta.yaml").is_file() else [p for p in work.iterdir()
                                                                  if (p / "meta.yaml").is_file()]
     if len(candidates) != 1:
         raise SnapshotError("not a snapshot archive: no single folder with meta.yaml in it", path=str(path))
     return candidates[0]
+
+
+_EXTRACT_PREFIX = "nodewarden-snapshot-"
+
+
+def _remove_stale_extractions() -> None:
+    """Remove the folders that runs killed before their clean-up left in $TMPDIR: ours by name and owner,
+    whose pid is gone. shutil.rmtree works by descriptor, so a link planted inside one leads nowhere."""
+    base = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(_EXTRACT_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid_text = name[len(_EXTRACT_PREFIX):].partition("-")[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
+            continue
+        path = os.path.join(base, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or not a pid we can ask about): not ours to judge
+    return True
+
+
+def _exit_on_terminate() -> None:
+    """SIGTERM (whose default ends the process without clean-up) becomes a normal exit, so the extracted
+    snapshot is removed; SIGINT already raises KeyboardInterrupt. A handler set by someone else (the
+    daemon's) stays as it is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)

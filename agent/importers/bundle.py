@@ -89,7 +89,7 @@ def _forced_kind(entry: Entry, forced: dict[str, str]) -> str | None:
 def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = None,
                   budget: Budget | None = None) -> ImportSummary:
     """Import every input into one new snapshot at `out` (missing or an empty folder; exit 2 otherwise)."""
-    from agent.fsutil import write_output_dir
+    from agent.fsout import write_output_dir  # moved from fsutil (issue 21, 2)
 
     forced = forced or {}
     kinds = importers()

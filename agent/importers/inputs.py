@@ -60,6 +60,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from agent.importers.archive_bounds import bounded_tarinfo, zip_entry_count
 from agent.importers.input_entries import MAX_LINK_TARGET, Entry, link_entry, link_target_problem, unsafe_name
 from agent.importers.input_streams import (
     CHUNK_BYTES,
@@ -332,7 +333,8 @@ class Reader:
         yield from self._container(io.BytesIO(data), kind, entry, depth + 1)
 
     def _tar(self, stream: CountedStream, entry: Entry, depth: int) -> Iterator[Entry]:
-        with tarfile.open(fileobj=stream, mode="r|") as archive:  # a stream: members in order, never seeking
+        # A stream: members in order, never seeking; extended headers bounded before tarfile reads them.
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=bounded_tarinfo()) as archive:
             for member in archive:
                 self.budget.one_more()
                 shown = f"{entry.name}:{member.name}"
@@ -364,6 +366,7 @@ class Reader:
                 yield from self._member(shown, data, depth, _unpadded(data, member.size))
 
     def _zip(self, handle: IO[bytes], entry: Entry, depth: int) -> Iterator[Entry]:
+        zip_entry_count(handle, self.budget.members - self.budget.count)  # before zipfile lists them all
         with zipfile.ZipFile(handle) as archive:
             infos = archive.infolist()
             if len(infos) > self.budget.members - self.budget.count:

@@ -23,6 +23,8 @@ value; "N/A" becomes NVML_ERROR_NOT_SUPPORTED, as NVML itself would answer.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,7 +112,11 @@ def import_nvidia_smi(source: Path, out: Path) -> ImportResult:
 
     name = str(source)
     try:
-        with source.open("rb") as handle:
+        # Non-blocking, then fstat: a FIFO or device named here must be refused, not block the import.
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SnapshotError("not a regular file (a FIFO, socket or device): refused, not read", path=name)
             data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise SnapshotError(f"cannot read the dump: {exc.strerror or exc}", path=name) from None
@@ -148,7 +154,8 @@ def import_nvidia_smi(source: Path, out: Path) -> ImportResult:
 
 def _write_snapshot(out: Path, files: dict[str, str]) -> None:
     """Write into a temporary sibling directory, then rename it into place."""
-    from agent.fsutil import create_file, write_output_dir  # the one writer (its folder must exist: exit 2)
+    from agent.fsout import write_output_dir  # the one writer (its folder must exist: exit 2)
+    from agent.fsutil import create_file
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SnapshotError("output exists and is not an empty directory; refusing to overwrite", path=str(out))

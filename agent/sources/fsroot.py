@@ -19,7 +19,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, NoReturn, Protocol, TypeVar, overload
 
 from agent.model import Unknown
 
@@ -27,6 +27,9 @@ T = TypeVar("T")
 
 MAX_LINK_HOPS = 40  # the kernel's own limit on symlink hops (MAXSYMLINKS)
 MAX_FILE_BYTES = 1 << 20  # a whole-file read (a sysfs/procfs value) larger than this is refused
+MAX_LINK_TARGET_BYTES = 4096  # PATH_MAX: no link or target the kernel records is longer
+MAX_LINK_WORK = 200_000  # link steps one snapshot's links may cost (a recorded /sys needs a few thousand)
+MAX_REMEMBERED = 1 << 20  # resolved paths kept per link map
 
 
 class FsRoot(Protocol):
@@ -196,28 +199,106 @@ def resolve_links(links: dict[str, str], path: str, follow_last: bool = True) ->
     """`path` (relative to fs/) with the recorded `links` followed lexically, clamped at the root:
     `..` stops there, an absolute target starts there. OSError(ELOOP) past the kernel's hop limit.
 
-    The one resolver: SnapshotFs reads through it, and importers place links by it.
+    The one resolver: SnapshotFs reads through it (as a `LinkResolver`, which remembers), and
+    importers place links by it.
     """
-    pending = [p for p in path.split("/") if p]
-    out: list[str] = []
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            if out:
-                out.pop()
-            continue
-        candidate = "/".join([*out, part])
-        target = links.get(candidate)
-        if target is not None and (pending or follow_last):
+    return LinkResolver(links).resolve(path, follow_last)
+
+
+class LinkResolver:
+    """`resolve_links` over one link map, bounded in total work and remembering each link's answer.
+
+    A hostile fs_links.json may chain 200k links where an audit lists them: each path through one
+    cost MAX_LINK_HOPS hops before ELOOP, times every file read under it. Each link's own resolution
+    (its target from its folder: the same wherever the link is met) is kept once known, a loop too,
+    and the link steps one map may cost in all (a hop plus its target's parts) stop at `work`: past
+    it a link not yet resolved is not followed (ELOOP), while paths without links still resolve.
+    """
+
+    def __init__(self, links: dict[str, str], work: int = MAX_LINK_WORK) -> None:
+        self.links = links
+        self.work_left = work
+        self._known: dict[str, tuple[str, int] | OSError] = {}  # link -> (resolved, hops it took) or why not
+        self._answers: dict[tuple[str, bool], str | OSError] = {}  # whole paths asked before: one lookup
+
+    def resolve(self, path: str, follow_last: bool = True) -> str:
+        key = (path, follow_last)
+        answer = self._answers.get(key)
+        if answer is None:
+            try:
+                answer = self._walk(path, follow_last)
+            except OSError as exc:
+                answer = exc
+            if len(self._answers) < MAX_REMEMBERED:
+                self._answers[key] = answer
+        if isinstance(answer, OSError):
+            raise OSError(answer.errno, answer.strerror, path)
+        return answer
+
+    def _walk(self, path: str, follow_last: bool) -> str:
+        pending = [p for p in reversed(path.split("/")) if p]  # a stack: the next part is last
+        out: list[str] = []
+        hops = 0
+        open_links: list[tuple[str, int, int]] = []  # links being resolved: (link, pending depth, hops before)
+        while True:
+            while open_links and len(pending) <= open_links[-1][1]:  # a link's target is fully resolved
+                link, _, before = open_links.pop()
+                self._remember(link, ("/".join(out), hops - before))
+            if not pending:
+                break
+            part = pending.pop()
+            if part == ".":
+                continue
+            if part == "..":
+                if out:
+                    out.pop()
+                continue
+            candidate = "/".join([*out, part])
+            target = self.links.get(candidate)
+            if target is None or not (pending or follow_last):
+                out.append(part)
+                continue
+            known = self._known.get(candidate)
+            if isinstance(known, OSError):
+                raise OSError(known.errno, known.strerror, path)
+            if known is not None:
+                hops += known[1]
+                if hops > MAX_LINK_HOPS:
+                    self._loop(open_links, hops, path)
+                out = known[0].split("/") if known[0] else []
+                continue
             hops += 1
             if hops > MAX_LINK_HOPS:
-                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+                self._loop(open_links, hops, path)
+            why = self._refusal(target)
+            if why is not None:  # the target itself, or the map's work spent: so for every link open too
+                for link, _, _ in open_links:
+                    self._remember(link, why)
+                self._remember(candidate, why)
+                raise OSError(why.errno, why.strerror, path)
+            parts = [p for p in target.split("/") if p]
+            open_links.append((candidate, len(pending), hops - 1))
             if target.startswith("/"):
                 out = []
-            pending = [p for p in target.split("/") if p] + pending
-            continue
-        out.append(part)
-    return "/".join(out)
+            pending.extend(reversed(parts))
+        return "/".join(out)
+
+    def _loop(self, open_links: list[tuple[str, int, int]], hops: int, path: str) -> NoReturn:
+        """ELOOP for `path`; a link open on the way loops by itself if its own hops are past the limit."""
+        for link, _, before in open_links:
+            if hops - before > MAX_LINK_HOPS:
+                self._remember(link, OSError(errno.ELOOP, os.strerror(errno.ELOOP)))
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+
+    def _refusal(self, target: str) -> OSError | None:
+        if len(target) > MAX_LINK_TARGET_BYTES:
+            return OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        self.work_left -= 1 + target.count("/")
+        if self.work_left < 0:
+            return OSError(errno.ELOOP, f"more link steps than {MAX_LINK_WORK} in this snapshot's recorded links: "
+                                        "not followed")
+        return None
+
+    def _remember(self, link: str, answer: tuple[str, int] | OSError) -> None:
+        if len(self._known) < MAX_REMEMBERED:
+            self._known[link] = answer

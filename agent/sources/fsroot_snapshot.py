@@ -8,7 +8,7 @@ symlink inside it is refused (it could point anywhere on the auditor's machine),
 and only directories and regular files are opened (a FIFO, socket or device is
 refused, never opened). Where the kernel has openat2, one open confined beneath
 fs/ replaces the walk. Writers into a snapshot (remediate --snapshot) go through
-`checked_write_path`, which refuses the same entries.
+`open_write_dir`, which refuses the same entries and hands back a held folder.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import os
 import posixpath
 import stat
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.errors import SnapshotError
 from agent.jsonfile import load_json_file
 from agent.sources import openat2
-from agent.sources.fsroot import check_absolute, read_fd, resolve_links
+from agent.sources.fsroot import LinkResolver, check_absolute, read_fd
 
 _stat, _fstat, _S_ISREG = os.stat, os.fstat, stat.S_ISREG  # bound once: the hot path runs per file
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -105,6 +106,22 @@ def checked_write_path(base: str, shown_base: str, rel: str, name: str, path: st
     return os.path.join(base, rel, name)
 
 
+def open_write_dir(root_fd: int, rel: str, path: str, *, make: bool,
+                   check: Callable[[os.stat_result, str], None]) -> int:
+    """The folder `rel` beneath a snapshot folder held as `root_fd`, for a writer: opened once, one
+    component at a time without following links (agent.dirfd.open_dir), missing folders made 0755
+    when `make`. Every later step is relative to the descriptor returned, so a folder swapped for
+    a symlink after this redirects nothing (issue 21, 1); a symlink on the way is a RefusedEntry."""
+    from agent import dirfd
+
+    try:
+        return dirfd.open_dir(root_fd, rel, check=check, make=0o755 if make else None)[0]
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and isinstance(exc.filename, str):
+            raise _refusal(stat.S_IFLNK, exc.filename, path) from None
+        raise OSError(exc.errno, exc.strerror, path) from None
+
+
 def _lstat_at(dir_fd: int, name: str, path: str) -> int:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
@@ -140,6 +157,7 @@ class SnapshotFs:
             raise SnapshotError("snapshot has no fs/ directory", path=str(snapshot_dir))
         self.links = _load_json_map(snapshot_dir / self.LINKS_FILE)
         self.errors = _load_json_map(snapshot_dir / self.ERRORS_FILE)
+        self._resolver = LinkResolver(self.links)  # bounded in total work, remembers (a hostile map chains 200k)
         # Directory listings must show link names too (sys/class/net/eth0 is a link).
         self._link_children: dict[str, set[str]] = {}
         self._dir_cache: dict[str, str] = {}
@@ -337,7 +355,7 @@ class SnapshotFs:
         return cached
 
     def _resolve_uncached(self, path: str, follow_last: bool) -> str:
-        return resolve_links(self.links, path, follow_last)
+        return self._resolver.resolve(path, follow_last)
 
     def _raise_recorded_error(self, rel: str, path: str) -> None:
         code = self.errors.get(rel)

@@ -57,6 +57,9 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+MAX_SEGMENT_BYTES = 255  # NAME_MAX: the longest file name a recording of the path can hold
+
+
 def valid_path(path: str) -> str:
     """A BMC-supplied @odata.id, without fragment, checked before it becomes a URL or a file name.
 
@@ -71,6 +74,9 @@ def valid_path(path: str) -> str:
     if (not _PATH_RE.match(clean) or any(s in ("..", ".") for s in segments) or "%2f" in clean.lower()
             or "\\" in decoded or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in decoded)):
         raise RedfishError(path, "refusing an unexpected resource path")
+    if any(len(s.encode("utf-8")) > MAX_SEGMENT_BYTES for s in clean.split("/")):
+        # Each segment becomes a folder name in a recording: past NAME_MAX the capture would die (ENAMETOOLONG).
+        raise RedfishError(path[:80], f"refusing a resource path with a segment longer than {MAX_SEGMENT_BYTES} bytes")
     return clean
 
 
