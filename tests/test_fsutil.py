@@ -65,10 +65,13 @@ def test_audit_output_to_a_character_device_leaves_the_device(run_cli: RunCli, t
 def test_audit_output_to_a_fifo_reaches_its_reader(run_cli: RunCli, tmp_path: Path) -> None:
     fifo = tmp_path / "report.fifo"
     os.mkfifo(fifo)
-    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    # The reader drains into a file: a report larger than two pipe buffers must not stall the writer.
+    with (tmp_path / "received.json").open("wb") as sink:
+        reader = subprocess.Popen(["cat", str(fifo)], stdout=sink)
     try:
         result = run_cli("audit", *SIMULATED, "--format", "json", "--output", str(fifo))
-        received, _ = reader.communicate(timeout=60)
+        reader.wait(timeout=60)
+        received = (tmp_path / "received.json").read_bytes()
     finally:
         if reader.poll() is None:
             reader.kill()
