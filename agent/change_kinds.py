@@ -50,6 +50,10 @@ class ChangeKind(Protocol):
 # --- shared I/O helpers ------------------------------------------------------------------------------
 
 
+class NotSupportedWrite(ValueError):
+    """The driver refused a setter with NVML_ERROR_NOT_SUPPORTED: it changed nothing (issue 23, item 7)."""
+
+
 def _nvml_call(target: HostTarget, index: int, name: str, *args: Any) -> Any:
     nvml = target.nvml()
     if nvml is None:
@@ -58,6 +62,8 @@ def _nvml_call(target: HostTarget, index: int, name: str, *args: Any) -> Any:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         return getattr(nvml, name)(handle, *args)
     except Exception as exc:  # NVMLError, deadline: one message, no traceback
+        if isinstance(exc, getattr(nvml, "NVMLError_NotSupported", ())):
+            raise NotSupportedWrite(f"{name} on GPU {index} is not supported by this GPU/driver") from exc
         raise ValueError(f"{name} on GPU {index}: {exc}") from exc
 
 

@@ -15,7 +15,8 @@ import click
 
 from agent.cli_options import DIR_PATH, FILE_PATH, PATH, bmc_options, load_cli_config, source_options
 from agent.cli_support import State, error, os_errors_as_exits, wants_json, warn
-from agent.errors import EXIT_USAGE, NodewardenError
+from agent.errors import EXIT_USAGE
+from agent.importers.summary import IMPORT_KINDS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,16 +66,16 @@ def profiles_show(name: str, config_path: Path | None, fmt: str) -> None:
 @profiles.command("validate")
 @click.argument("files", nargs=-1, required=True, type=PATH)
 def profiles_validate(files: tuple[Path, ...]) -> None:
-    """Validate profile FILEs (schema, extends chain, comparators)."""
+    """Validate profile FILEs (schema, extends chain, comparators): every error of each file."""
     from agent.profiles import ProfileStore
 
     failed = 0
     for path in files:
-        try:
-            ProfileStore([path.parent]).validate_file(path)
+        problems = ProfileStore([path.parent]).validate_file_errors(path)
+        if not problems:
             click.echo(f"{path}: ok")
-        except NodewardenError as exc:
-            failed += 1
+        failed += bool(problems)
+        for exc in problems:
             if wants_json():
                 error(str(exc), file=str(path))
             else:
@@ -147,13 +148,16 @@ def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: P
 @click.option("--out", required=True, type=PATH, metavar="DIR",
               help="New snapshot directory to write (must not exist or be empty).")
 @click.option("--as", "forced", multiple=True, metavar="KIND=FILE",
-              help="Read FILE (an input, or a file inside one) as KIND instead of detecting it (repeatable).")
-def snapshot_import(inputs: tuple[Path, ...], out: Path, forced: tuple[str, ...]) -> None:
+              help="Read FILE (an input, or a file inside one) as KIND instead of detecting it (repeatable). "
+                   "KIND is one of: " + ", ".join(IMPORT_KINDS) + ".")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors (the exit status tells the rest).")
+def snapshot_import(inputs: tuple[Path, ...], out: Path, forced: tuple[str, ...], quiet: bool) -> None:
     """Build one snapshot from captures: files, folders or archives (.gz .tar .tar.gz .tar.xz .zip).
 
     Kinds are detected by content: nvidia-smi -q / -q -x, nvlink -s, topo -m, --query-gpu CSV, kernel
     logs (kmsg, dmesg, journalctl -k), lspci, dmidecode, ibstat, ipmitool, ip link, ethtool, lsmod,
-    nvidia-bug-report.log(.gz), a Redfish mockup, a sosreport. meta.yaml records every input.
+    nvidia-bug-report.log(.gz), a Redfish mockup, a sosreport. meta.yaml records every input. It prints
+    one line per kind with counts and names the files that failed; -v prints every file.
     """
     from agent.errors import ConfigError
     from agent.importers.bundle import import_inputs
@@ -171,14 +175,15 @@ def snapshot_import(inputs: tuple[Path, ...], out: Path, forced: tuple[str, ...]
         raise ConfigError("name at least one input (a file, folder or archive)")
     with os_errors_as_exits("import"):
         summary = import_inputs(paths, out, kinds)
-    for entry in summary.entries:
-        if entry.error:
-            click.echo(f"error: {entry.name}: {entry.error}", err=True)
-        elif entry.contributed:
-            click.echo(f"{entry.name} ({entry.kind}): {'; '.join(entry.contributed)}")
-        elif entry.kind == "unknown":
-            click.echo(f"skipped: {entry.name}: {'; '.join(entry.skipped)}", err=True)
-    click.echo(f"imported {', '.join(summary.captured)} into {out}")
+    from agent.importers.summary import EVERY_FILE, QUIET, SUMMARY, printout
+
+    state = click.get_current_context().find_object(State)
+    verbosity = QUIET if quiet else EVERY_FILE if state is not None and state.verbose > 0 else SUMMARY
+    shown = printout(summary.entries, summary.captured, str(out), IMPORT_KINDS, verbosity)
+    for line in shown.err:
+        click.echo(line, err=True)
+    for line in shown.out:
+        click.echo(line)
 
 
 @snapshot.command("import-nvidia-smi")
@@ -387,7 +392,7 @@ def install_command(prefix: Path, binary: str | None) -> None:
     """Install the systemd units, an example config, the credential file and the state folder."""
     from agent.commands.install import install, summary
 
-    click.echo(summary(install(prefix, binary)))
+    click.echo(summary(install(prefix, binary), prefix))
 
 
 @click.command("apply-boot")

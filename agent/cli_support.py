@@ -84,16 +84,31 @@ DEBUG_HTTP_HELP = "Log the BMC libraries' HTTP requests and responses too (secre
 COLOR_HELP = "Colour the table: auto (a terminal, unless NO_COLOR is set), always or never."
 
 
-def _global_params() -> list[click.Option]:
+# The global options are accepted by every command (`nodewarden install -v` works), but a command's
+# --help describes them as they act there: --color only where a findings table is coloured,
+# --debug-http only where a BMC is read; elsewhere they are accepted and hidden.
+FINDINGS_COMMANDS = frozenset({"audit", "accept"})  # they print findings: -v lists passes, --color colours
+PLAIN_VERBOSE_HELP = "More log output: -v informational messages, -vv debug logs and tracebacks on errors."
+VERBOSE_HELPS = {"import": "-v lists every file and what it gave (default: a line per kind); -vv adds debug logs."}
+
+
+def _reads_bmc(command: click.Command) -> bool:
+    return any(param.name == "bmc_url" for param in command.params) or command.name == "daemon"
+
+
+def _global_params(command: click.Command | None = None) -> list[click.Option]:
+    findings = command is None or command.name in FINDINGS_COMMANDS
+    bmc = command is None or _reads_bmc(command)
     params = [
         click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_more_verbose,
-                     help=VERBOSE_HELP),
+                     help=VERBOSE_HELP if findings or command is None
+                     else VERBOSE_HELPS.get(str(command.name), PLAIN_VERBOSE_HELP)),
         click.Option(["--log-format"], type=click.Choice(["text", "json"]), expose_value=False,
                      callback=_log_format, help=LOG_FORMAT_HELP),
         click.Option(["--debug-http"], is_flag=True, expose_value=False, callback=_debug_http,
-                     help=DEBUG_HTTP_HELP),
+                     help=DEBUG_HTTP_HELP, hidden=not bmc),
         click.Option(["--color"], type=click.Choice(COLOR_CHOICES), expose_value=False, callback=_color,
-                     metavar="auto|always|never", help=COLOR_HELP),
+                     metavar="auto|always|never", help=COLOR_HELP, hidden=not findings),
     ]
     for param in params:
         setattr(param, GLOBAL_MARK, True)
@@ -104,7 +119,7 @@ def add_global_options(command: click.Command) -> None:
     """`command` and every command under it accept the global options (once: again is a no-op)."""
     names = {opt for p in command.params for opt in getattr(p, "opts", ())}
     if "--log-format" not in names:
-        command.params.extend(_global_params())
+        command.params.extend(_global_params(command))
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             add_global_options(sub)
@@ -114,6 +129,7 @@ def add_global_options(command: click.Command) -> None:
 LAZY_COMMANDS = {
     "baseline": ("agent.baseline", "baseline"),  # it imports agent.cli only inside its functions
     "accept": ("agent.commands.accept", "accept"),
+    "health-check": ("agent.commands.health_check", "health_check"),
     **{name: ("agent.cli_commands", attribute) for name, attribute in (
         ("profiles", "profiles"), ("snapshot", "snapshot"), ("remediate", "remediate"), ("rollback", "rollback"),
         ("daemon", "daemon"), ("fleet", "fleet"), ("install", "install_command"),

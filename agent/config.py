@@ -88,6 +88,32 @@ _DAEMON = {
         "basic_auth_password_file": _doc(_PATH, "Its password (owner-only file, first line)"),
     },
 }
+_HEALTH_CHECK = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "`nodewarden health-check`: the scheduler's gate (Slurm HealthCheckProgram, node-problem-detector)",
+    "properties": {
+        "max_age_s": _doc(_SECONDS, "Oldest daemon state file (seconds since the daemon last confirmed its "
+                          "facts) a health-check answers from; default: 3 of the daemon's host/NVML poll intervals",
+                          example=180),
+        "deadline_s": _doc(_SECONDS, "Total time of the one-shot audit when no daemon state file exists", 45),
+        "drain_on": _doc({"enum": ["DRAIN", "DEGRADED"]}, "The verdict that drains (and is NonOK for --npd)", "DRAIN"),
+        "resume_after": _doc({"type": "integer", "minimum": 1, "maximum": 100},
+                             "Consecutive healthy checks before nodewarden resumes its own drain", 2),
+        "breaker_percent": _doc({"type": "number", "minimum": 0, "maximum": 100},
+                                "Circuit breaker: no drain once this share of the partition is drained by "
+                                "nodewarden (or breaker_min_nodes, whichever is larger)", 10),
+        "breaker_min_nodes": _doc({"type": "integer", "minimum": 0}, "The breaker's limit on a small partition", 5),
+        "require_accept": _doc({"type": "boolean"}, "Resume only after a passing `nodewarden accept` run that "
+                               "finished after the drain (STATE_DIR/accept/last.json)", False),
+        "slurm_bin_dir": _doc(_PATH, "Folder of scontrol and sinfo (default: the first of /usr/bin, "
+                              "/usr/local/bin, /opt/slurm/bin that has them; slurmd gives no PATH)",
+                              example="/opt/slurm/bin"),
+        "slurm_conf": _doc(_PATH, "slurm.conf for scontrol/sinfo (slurmd gives no SLURM_CONF)",
+                           example="/etc/slurm/slurm.conf"),
+        "slurm_timeout_s": _doc(_SECONDS, "Seconds one scontrol/sinfo call may take", 10),
+    },
+}
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": ["object", "null"],
     "additionalProperties": False,
@@ -109,6 +135,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "ipmi": _IPMI,
         "log_format": _doc({"enum": ["text", "json"]}, "Log lines as text or JSON (the daemon logs JSON)", "text"),
         "daemon": _DAEMON,
+        "health_check": _HEALTH_CHECK,
     },
 }
 
@@ -126,6 +153,7 @@ class Config:
     log_format: str = "text"
     daemon: dict[str, Any] = field(default_factory=dict)
     daemon_lines: dict[str, int] = field(default_factory=dict)  # daemon.KEY -> line, for error messages
+    health_check: dict[str, Any] = field(default_factory=dict)  # agent.scheduler.settings reads it
 
 
 def _default_if_present(path: Path) -> Path | None:
@@ -169,6 +197,10 @@ def load_config(path: Path | None) -> Config:
     for key in ("tls_cert_file", "tls_key_file", "basic_auth_password_file"):
         if key in config.daemon:
             config.daemon[key] = str(resolve(config.daemon[key]))
+    config.health_check = dict(data.get("health_check") or {})
+    for key in ("slurm_bin_dir", "slurm_conf"):
+        if key in config.health_check:
+            config.health_check[key] = str(resolve(config.health_check[key]))
     config.daemon_lines = {key: lines.line_for(("daemon", key)) or 0 for key in config.daemon}
     for name in ("overrides_file", "waivers_file"):
         value = getattr(config, name)

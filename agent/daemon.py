@@ -6,6 +6,8 @@ Threads, and why:
   call or a BMC that never answers marks that source down and leaves the
   others alone; a poll that is still hung is not started again;
 * a kernel-log follower, so an Xid is counted within a second, not a poll;
+* NVML's event set (agent.sources.nvml_events), which gets an Xid there without a driver's
+  kernel log in reach and polls NVML at once; each Xid counts once, whichever way it came;
 * the HTTP server, which only hands out bytes rendered at the last
   evaluation (a scrape never waits for hardware);
 * the main thread: evaluates the checks when a source brought news, logs
@@ -43,18 +45,20 @@ from agent.daemon_config import (
     parse_listen,
     with_waivers,
 )
+from agent.daemon_poller import SourcePoller
 from agent.engine import AuditRequest, choose_profile, evaluate
 from agent.errors import NodewardenError
 from agent.facts import Baseline, BmcFacts, HostFacts, KmsgRecord, NvmlFacts
-from agent.metrics import Exposition, MetricsServer, NodeMetrics, freshness_families, reload_families
+from agent.metrics import Exposition, GpuLabels, MetricsServer, NodeMetrics, freshness_families, reload_families
 from agent.model import SourceStatus, Status, Unknown, Unsupported
 from agent.node import NodeSource, open_node
 from agent.profiles import ProfileStore
 from agent.report.model import Report
 from agent.report.prom import render_families
-from agent.sources.deadline import DeadlineExceeded, call_with_deadline
+from agent.scheduler.metrics import DaemonGate
 from agent.sources.host import read_sysctls
 from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower, boot_start
+from agent.sources.nvml_events import NvmlEvent, NvmlEventWatcher, XidLedger
 from agent.sources.registry import HOST, SOURCES
 from agent.sources.source import PENDING, PollResult, ReadOptions, Source
 from agent.sources.xid import parse_xid
@@ -69,72 +73,6 @@ EVALUATE_AT_MOST_EVERY_S = 1.0
 # pending until it answers instead of holding back every other finding.
 FIRST_PUBLISH_POLLERS = ("host", "nvml")
 FIRST_PUBLISH_GRACE_S = 1.0  # how long the first publish waits for the other pollers at most
-
-
-class SourcePoller:
-    """Runs `read` every `interval()` seconds in a worker bounded by `timeout()`."""
-
-    def __init__(self, name: str, read: Callable[[], tuple[Any, dict[str, SourceStatus]]], reports: tuple[str, ...],
-                 interval: Callable[[], float], timeout: Callable[[], float],
-                 on_result: Callable[[str, PollResult], None], stop: threading.Event) -> None:
-        self.name = name
-        self.reports = reports  # the sources a failed poll is reported under
-        self._read, self._interval, self._timeout = read, interval, timeout
-        self._on_result, self._stop = on_result, stop
-        self._hung: threading.Thread | None = None
-        self._hung_since = 0.0
-        self._wake = threading.Event()
-        self.polls = 0
-        self.thread = threading.Thread(target=self._loop, name=f"poll-{name}", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def poll_now(self) -> None:
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            result = self._poll()
-            self.polls += 1
-            self._on_result(self.name, result)
-            delay = max(0.0, started + self._interval() - time.monotonic())
-            self._wake.wait(delay)
-            self._wake.clear()
-
-    def _failed(self, error: str, duration_s: float = 0.0) -> PollResult:
-        return PollResult(None, {name: SourceStatus(name, ok=False, error=error, duration_s=duration_s)
-                                 for name in self.reports}, time.time())
-
-    def _poll(self) -> PollResult:
-        timeout = self._timeout()
-        if self._hung is not None and self._hung.is_alive():
-            since = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - self._hung_since)))
-            return self._failed(f"the previous read has not returned (hung since {since})")
-        self._hung = None
-        box: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                box["value"] = self._read()
-            except NodewardenError as exc:
-                box["error"] = str(exc)
-            except Exception as exc:
-                log.exception("reading %s failed", self.name)
-                box["error"] = f"{type(exc).__name__}: {exc}"
-
-        start = time.monotonic()
-        try:
-            call_with_deadline(work, timeout_s=timeout, name=f"read-{self.name}")
-        except DeadlineExceeded as exc:  # the worker is left running: not polled again until it returns
-            self._hung, self._hung_since = exc.thread, start
-            return self._failed(f"timed out after {timeout:g} s", time.monotonic() - start)
-        elapsed = time.monotonic() - start
-        if "error" in box:
-            return self._failed(box["error"], elapsed)
-        value, statuses = box["value"]
-        return PollResult(value, statuses, time.time())
 
 
 def _outcome(result: PollResult) -> list[tuple[str, bool, bool, str | None]]:
@@ -165,6 +103,7 @@ class Daemon:
         self._results: dict[str, PollResult] = {}
         self._last_success: dict[str, float] = {}
         self._xids: dict[tuple[str, int], int] = {}
+        self._gpu_labels = GpuLabels()  # a lost GPU's series keep the labels it had when last seen
         self._kmsg_started = False
         self._sysctl_keys: tuple[str, ...] = ()
         self._body = Exposition(b"")
@@ -174,10 +113,13 @@ class Daemon:
         self._last_auto_apply = 0.0
         self._auto_apply_thread: threading.Thread | None = None
         self._nvml: Any = None  # the NVML poller's NvmlSession, opened at its first read
+        self._xid_ledger = XidLedger()  # one Xid counted once, from the NVML event set or the kernel log
+        self._events: NvmlEventWatcher | None = None
         self.pollers = self._make_pollers()
         self.kmsg = self._make_follower()
         self._last_published: dict[str, float] = {}
         self._confirmed_at = 0.0  # when the facts were last judged or last confirmed unchanged
+        self._gate = DaemonGate(request.config.state_dir, settings.intervals)  # health-check's state file, metrics
         self.server = MetricsServer(settings.server, lambda: self._body, self._freshness)
 
     @property
@@ -270,13 +212,28 @@ class Daemon:
         new = [event for event in (parse_xid(r) for r in records) if event is not None]
         with self._lock:
             for event in new:
-                key = (event.pci_bus_id, event.xid)
-                self._xids[key] = self._xids.get(key, 0) + 1
+                if self._xid_ledger.from_kmsg(event):  # not already counted from the event set
+                    key = (event.pci_bus_id, event.xid)
+                    self._xids[key] = self._xids.get(key, 0) + 1
         for event in new:
             log.warning("Xid %d on %s: %s", event.xid, event.pci_bus_id, event.message,
                         extra={"fields": {"event": "xid", "xid": event.xid, "pci": event.pci_bus_id}})
             if fresh and self._nvml is not None:
                 self._nvml.gpu_event(event.pci_bus_id)  # its static NVML values are read again
+        self._changed.set()
+
+    def _on_nvml_event(self, event: NvmlEvent) -> None:
+        """From the event thread: an Xid counts now (unless the kernel log had it); any event polls NVML now."""
+        if event.xid is not None and self._xid_ledger.from_event(event):
+            with self._lock:
+                self._xids[(event.pci_bus_id, event.xid)] = self._xids.get((event.pci_bus_id, event.xid), 0) + 1
+            log.warning("Xid %d on %s (NVML event)", event.xid, event.pci_bus_id,
+                        extra={"fields": {"event": "xid", "xid": event.xid, "pci": event.pci_bus_id}})
+            if self._nvml is not None:
+                self._nvml.gpu_event(event.pci_bus_id)
+        for poller in self.pollers:
+            if poller.name == "nvml":
+                poller.poll_now()
         self._changed.set()
 
     def _on_result(self, name: str, result: PollResult) -> None:
@@ -327,6 +284,8 @@ class Daemon:
         judging = judging or self._judging
         host, nvml, bmc, sources = self._sources_now()
         kmsg = self.kmsg.snapshot() if self.kmsg is not None else Unsupported("the snapshot holds no kernel log")
+        if self._events is not None and not isinstance(kmsg, Unknown):  # event Xids the log has not shown yet
+            kmsg = (*kmsg, *self._xid_ledger.records())
         started = dt.datetime.now(dt.timezone.utc)
         report = evaluate(judging.request, judging.store, self.node, host, nvml, kmsg, bmc, sources, started, 0.0,
                           baseline=judging.baseline, waivers=judging.waivers)
@@ -343,7 +302,7 @@ class Daemon:
         self._report = report
         self._last_published = last
         self._confirmed_at = time.time()
-        plain = NodeMetrics(report, None, xids, timing=False).render()
+        plain = NodeMetrics(report, None, xids, timing=False, seen=self._gpu_labels).render()
         if plain != self._body.plain:  # unchanged text: keep the exposition and its gzip form
             self._body = Exposition(plain)  # one assignment: old or new
 
@@ -353,7 +312,7 @@ class Daemon:
             last = {source: (self._last_success.get(source, 0.0) if source != "kmsg" or self.kmsg is None
                              else self.kmsg.last_read_s) for source in self._last_published}
         status = self.reload_status
-        families = reload_families(status.ok, status.last_success_s, status.failed_file)
+        families = [*reload_families(status.ok, status.last_success_s, status.failed_file), *self._gate.families()]
         if self._report is not None:
             families = [*freshness_families(last, self._confirmed_at), *families]
         return render_families(families)
@@ -514,6 +473,10 @@ class Daemon:
             poller.start()
         if self.kmsg is not None:
             self.kmsg.start()
+        if self.node.snapshot is None and any(p.name == "nvml" for p in self.pollers):
+            from agent.sources.nvml_live import load_live_nvml  # pynvml only when GPUs are read
+            self._events = NvmlEventWatcher(load_live_nvml, self._on_nvml_event)
+            self._events.start()
         watchdog = sdnotify.watchdog_interval_s()
         started = time.monotonic()
         next_ping = time.monotonic()
@@ -553,6 +516,7 @@ class Daemon:
                     log.info("ready: first evaluation published%s",
                              f" (still reading {', '.join(pending)})" if pending else "",
                              extra={"fields": {"event": "ready", "pending": pending}})
+            self._gate.update(self._report, self._confirmed_at, dict(self._last_success))  # cheap if unchanged
             if watchdog is not None and time.monotonic() >= next_ping:
                 sdnotify.notify("WATCHDOG=1")
                 next_ping = time.monotonic() + watchdog
@@ -560,6 +524,8 @@ class Daemon:
         log.info("stopping", extra={"fields": {"event": "stopping"}})
         if self.kmsg is not None:
             self.kmsg.stop()
+        if self._events is not None:
+            self._events.stop()
         if self._nvml is not None:
             self._nvml.close()
         self.server.stop()

@@ -32,7 +32,7 @@ from agent.facts import (
     ProfileMatch,
 )
 from agent.host_parts import mask_missing_parts
-from agent.matching import Identity, Selection, identify, identify_bmc, select
+from agent.matching import Identity, Selection, bmc_gpus_host_lacks, forced_misfit, identify, identify_bmc, select
 from agent.model import Evidence, Finding, SourceStatus, Unknown, Waiver
 from agent.node import (
     EVIDENCE_REFS_MAX,
@@ -56,6 +56,9 @@ from checks import Check, all_checks, run_checks
 # Checks about the audit itself: kept under --only unless skipped by name.
 ALWAYS_CHECKS = ("profile.match", "source.available")
 NVML_SOURCES = ("nvml",)  # cross-checks use whichever views the other checks needed
+# Checks whose audit evaluators say nothing (accept.* judge a recorded run: issue 25): they read nothing
+# here, so `--skip 'gpu.*'` loads no pynvml (issue 23).
+SILENT_IN_AUDITS = ("accept",)
 BMC_SOURCES = ("bmc",)
 NOT_IN_BMC_AUDIT = "not in this audit (BMC only)"
 NOT_NEEDED = "not needed by the selected checks"
@@ -77,7 +80,7 @@ class AuditRequest:
 
 def _skips_source(skip: Iterable[str], source: str) -> bool:
     """Whether `--skip` removed every check whose own source is `source` (`--skip 'gpu.*'` for NVML)."""
-    own = [c for c in all_checks() if c.source == source]
+    own = [c for c in all_checks() if c.source == source and c.area not in SILENT_IN_AUDITS]
     return bool(own) and all(any(fnmatch.fnmatchcase(c.id, g) for g in skip) for c in own)
 
 
@@ -164,11 +167,13 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     checks = select_checks(all_checks(), request.only, request.skip)
     # --only/--skip choose checks, never the profile: what matching reads is read regardless.
     # NVML names the GPUs where PCI cannot; the BMC the node where there is no host or no GPU.
-    match_on_nvml = isinstance(host.nvidia_gpus, Unknown) or identify(host).without_gpu
+    # A profile named (--profile, or the config's) is not matched: NVML is read only if a check needs it.
+    forced = request.profile not in (None, "auto") or (request.profile is None and config.profile != "auto")
+    match_on_nvml = not forced and (isinstance(host.nvidia_gpus, Unknown) or identify(host).without_gpu)
     nvml: NvmlFacts | Unknown
     if match_on_nvml or any(c.source in NVML_SOURCES or "nvml" in c.reads or (
             "nvml" in c.optional_reads and not _skips_source(request.skip, "nvml")) for c in checks
-                            if c.id not in ALWAYS_CHECKS):
+                            if c.id not in ALWAYS_CHECKS and c.area not in SILENT_IN_AUDITS):
         nvml, read = NVML.read(node, options)
         sources.update(read)
     else:
@@ -219,13 +224,17 @@ def _bind(request: AuditRequest, store: ProfileStore, host: HostFacts, nvml: Nvm
 
     alone = isinstance(bmc, BmcFacts) and not configured("host") and not configured("nvml")
     binding = bind_bmc(host, bmc, bmc_only=alone)
-    if not alone and isinstance(bmc, BmcFacts) and binding.state == "remote" and \
-            choose_profile(request, store, host, nvml)[1].how == "no_gpu":
-        # A host without NVIDIA GPUs (a jump host) reading another node's BMC: that node is audited. An
-        # identity that cannot be read (not root, IPMI) keeps no-nvidia-gpu, which judges the BMC as before.
-        alone = True
-        binding = BmcBinding("bmc_only", f"BMC-only audit from a host without NVIDIA GPUs: {binding.message}",
-                             binding.observed)
+    if not alone and isinstance(bmc, BmcFacts) and binding.state in ("remote", "unknown"):
+        _, selection, identity = choose_profile(request, store, host, nvml)
+        lacks = bmc_gpus_host_lacks(bmc, identity) if selection.how == "no_gpu" else 0
+        if selection.how == "no_gpu" and (binding.state == "remote" or lacks):
+            # A host without NVIDIA GPUs (a jump host) reading another node's BMC: that node is audited. With an
+            # identity that cannot be read, the BMC listing GPUs this host cannot have says the same.
+            alone = True
+            why = binding.message if binding.state == "remote" else \
+                f"the BMC lists {lacks} GPU(s) this host does not have (and {binding.message})"
+            binding = BmcBinding("bmc_only", f"BMC-only audit from a host without NVIDIA GPUs: {why}",
+                                 binding.observed)
     if alone:
         sources = {**sources, **{name: SourceStatus(name, ok=False, configured=False, error=NOT_IN_BMC_AUDIT)
                                  for name in ("host", "nvml", "kmsg") if name in sources}}
@@ -280,7 +289,7 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
                       observed_at=observed_at(node, started), baseline=baseline, profile_match=ProfileMatch(
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
-        problems=identity.problems,
+        problems=identity.problems, misfit=forced_misfit(profile, identity) if selection.how == "forced" else "",
     ), binding=binding)
     checks = select_checks(all_checks(), request.only, request.skip)
     # A source that was not asked for (not in the snapshot, not configured) is

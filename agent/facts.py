@@ -23,6 +23,7 @@ from agent.facts_base import NOT_READ, Maybe, T
 from agent.facts_bmc import (
     BiosSettings,
     BmcBinding,
+    BmcDrive,
     BmcFacts,
     BmcFan,
     BmcGpu,
@@ -32,6 +33,7 @@ from agent.facts_bmc import (
     BmcRedundancy,
     BmcSwitch,
     BmcTemperature,
+    BmcVolume,
     FirmwareItem,
 )
 from agent.facts_nvml import CLOCK_EVENT_BITS, IDLE_UTILIZATION_MAX_PCT, GpuFacts, NvmlFacts, XidEvent, gpu_activity
@@ -40,8 +42,9 @@ from agent.model import SourceStatus, Unknown, Unsupported
 __all__ = [  # what callers import from here: this module's records and those of facts_base/_nvml/_bmc
     "CLOCK_EVENT_BITS", "IDLE_UTILIZATION_MAX_PCT", "NOT_READ", "NO_BASELINE", "NO_FABRIC", "PCI_ADDRESS_RE",
     "PCI_VENDOR_MELLANOX", "PCI_VENDOR_NVIDIA", "AcsControl", "Baseline", "BaselineGpu", "BiosSettings", "BmcBinding",
-    "BmcFacts", "BmcFan", "BmcGpu", "BmcLeakDetector", "BmcLogEntry", "BmcPsu", "BmcRedundancy", "BmcSwitch",
-    "BmcTemperature", "CpuFacts", "FabricFacts", "FirmwareItem", "GpuFacts", "HostFacts", "IdleState", "IommuFacts",
+    "BmcDrive", "BmcFacts", "BmcFan", "BmcGpu", "BmcLeakDetector", "BmcLogEntry", "BmcPsu", "BmcRedundancy",
+    "BmcSwitch", "BmcTemperature", "BmcVolume", "CpuFacts", "FabricFacts", "FirmwareItem", "GpuFacts", "HostFacts",
+    "IdleState", "IommuFacts",
     "KmsgRecord", "Maybe", "NetInterface", "NodeFacts", "NvSwitchError", "NvmlFacts", "PciFunction", "ProfileMatch",
     "RdmaDevice", "RdmaPort", "T", "XidEvent", "gpu_activity", "parse_kernel_cmdline",
 ]
@@ -280,6 +283,7 @@ class ProfileMatch(NamedTuple):
     matched_on: tuple[str, ...] = ()
     also_matched: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    misfit: str = ""  # forced: what of the hardware the profile's `match:` does not fit (matching.forced_misfit)
 
 
 @dataclass

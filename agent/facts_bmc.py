@@ -136,6 +136,10 @@ class BmcLogEntry(NamedTuple):
     # True: resolved (Redfish Resolved, HPE Oem.Hpe.Repaired, a later clearing entry, a deassertion);
     # False: open whatever its age (Resolved false, Repaired false, an active-fault list); None: not said.
     resolved: bool | None = None
+    # Set when a later entry cleared this one (a `...Cleared` / deassertion): its time, and what it names (the
+    # clearing entry's MessageArgs or IPMI sensor), so a fault the BMC clears by itself can be seen recurring.
+    cleared_at: str | None = None
+    about: str | None = None
 
 
 class BmcGpu(NamedTuple):
@@ -167,6 +171,33 @@ class BmcSwitch(NamedTuple):
     firmware: str | None = None
     state: str | None = None
     health: str | None = None
+    where: str = ""
+
+
+class BmcDrive(NamedTuple):
+    """A drive (bay) as the BMC reports it: Systems/*/Storage/*/Drives, Chassis/*/Drives."""
+
+    name: str
+    slot: str  # where it sits, for the technician: PhysicalLocation / Location / the resource Id
+    state: str | None = None  # Status.State: Enabled, Absent, StandbyOffline, ...
+    health: str | None = None
+    failure_predicted: bool | None = None  # FailurePredicted (SMART's own prediction)
+    life_left_pct: float | None = None  # PredictedMediaLifeLeftPercent (SSD wear)
+    media: str | None = None  # MediaType: SSD, HDD
+    model: str | None = None
+    serial: str | None = None
+    capacity_bytes: float | None = None
+    where: str = ""
+
+
+class BmcVolume(NamedTuple):
+    """A logical volume (RAID set) of a storage controller: Systems/*/Storage/*/Volumes."""
+
+    name: str
+    state: str | None = None
+    health: str | None = None
+    raid: str | None = None  # RAIDType (RAID1, RAID10, ...) or VolumeType on older schemas
+    drives: tuple[str, ...] = ()  # the drive resources it is built on
     where: str = ""
 
 
@@ -210,3 +241,7 @@ class BmcFacts(NamedTuple):
     # Every GPU Processor the BMC lists, in every view: the host system's own and the HGX baseboard's
     # (a GPU can appear twice); NOT_READ where the parser did not set it (then `gpus` is all there is).
     gpu_views: Maybe[tuple[BmcGpu, ...]] = NOT_READ
+    # Storage (issue 22 item 7): every drive bay and volume the BMC lists, absent bays included (the check
+    # skips them); NOT_READ where the parser did not set it, Unsupported where the BMC has no Storage.
+    drives: Maybe[tuple[BmcDrive, ...]] = NOT_READ
+    volumes: Maybe[tuple[BmcVolume, ...]] = NOT_READ

@@ -4,7 +4,8 @@ A rule for H200 (10de:2335) must not catch GH200 (10de:2342/2348): matching
 compares PCI IDs, counts and DMI strings for equality only.
 
 Without a host in the audit (a BMC-only snapshot, a jump host without GPUs auditing a
-remote BMC) the identity comes from Redfish: Manufacturer, Model and SKU stand for DMI's
+remote BMC, or one whose identity cannot be read but whose BMC lists GPUs it does not have:
+`bmc_gpus_host_lacks`) the identity comes from Redfish: Manufacturer, Model and SKU stand for DMI's
 sys_vendor, product_name and product_sku, and the GPU processors' names map to PCI ids
 through an exact table. `board_fit` then tells whether what is seen is the whole board a
 profile describes or a partial view of it (one GPU of an SXM part in a VM or a dump).
@@ -108,6 +109,14 @@ def identify_bmc(bmc: BmcFacts) -> Identity:
                     source="bmc", classes=tuple(classes))
 
 
+def bmc_gpus_host_lacks(bmc: BmcFacts, host: Identity) -> int:
+    """How many GPU processors the BMC lists that a host with positive evidence of no GPU (PCI read, no NVIDIA
+    function, no driver) cannot have: 0 when the host has or may have GPUs, or the BMC lists none."""
+    if not isinstance(bmc.gpus, tuple) or host.gpu_count != 0 or host.nvidia_driver:
+        return 0
+    return len(bmc.gpus)
+
+
 def identify(host: HostFacts, nvml: NvmlFacts | Unknown | None = None) -> Identity:
     """Identity from PCI (independent of the driver), else from NVML's view.
 
@@ -205,6 +214,34 @@ def select(identity: Identity, store: ProfileStore, forced: str | None = None) -
     best = candidates[0]
     tied = tuple(c[1] for c in candidates[1:] if c[0] == best[0])
     return Selection(store.profile(best[1]), "auto", identity, best[2], tied)
+
+
+def forced_misfit(profile: Profile, identity: Identity) -> str:
+    """Why the hardware does not fit a profile named with --profile, "" if it fits or cannot be told.
+
+    Only positive evidence counts: GPU PCI ids or DMI strings that were read and differ from the
+    profile's `match:`, or, for a profile that only covers a family, GPUs classified into another
+    one. The GPU count is left out: fewer GPUs than the board's is a partial view or lost GPUs,
+    which gpu.count and board_fit judge.
+    """
+    rule = profile.match
+    if rule is None:
+        return ""
+    differs: list[str] = []
+    ids = set(identity.gpu_pci_ids)
+    if rule.gpu_pci_ids and ids and not ids <= set(rule.gpu_pci_ids):
+        more = len(rule.gpu_pci_ids) - 4
+        listed = ", ".join(rule.gpu_pci_ids[:4]) + (f" and {more} more" if more > 0 else "")
+        differs.append(f"GPU PCI ids {', '.join(sorted(ids))}, the profile's {listed}")
+    for key, allowed in rule.dmi:
+        value = identity.dmi.get(key)
+        if value is not None and value not in allowed:
+            differs.append(f"dmi {key} {value!r}, the profile's {' or '.join(repr(a) for a in allowed)}")
+    family = identity.family
+    if (not rule.gpu_pci_ids and not rule.dmi and rule.gpu_family and family is not None
+            and family.family != UNKNOWN and family.family not in rule.gpu_family):
+        differs.append(f"GPU family {family.family}, the profile's {' or '.join(rule.gpu_family)}")
+    return "; ".join(differs)
 
 
 def _family_selection(identity: Identity, store: ProfileStore) -> Selection | None:

@@ -59,6 +59,7 @@ class NodeMetrics:
     last_success: dict[str, float] | None = field(default_factory=dict)  # source -> Unix time (0: never)
     xid_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # (PCI address, xid) -> events
     timing: bool = True  # False: the daemon serves the timestamps per scrape (`freshness_families`)
+    seen: GpuLabels | None = None  # the daemon's memory of each GPU's labels, for the ones it loses
 
     def families(self) -> list[Metric]:
         families: list[Metric] = report_families(self.report, self.timing) if self.report is not None else []
@@ -67,7 +68,7 @@ class NodeMetrics:
         facts = self.report.facts if self.report is not None else None
         nvml = facts.nvml if facts is not None else None
         bmc = facts.bmc if facts is not None else None
-        families += gpu_families(nvml if isinstance(nvml, NvmlFacts) else None)
+        families += gpu_families(nvml if isinstance(nvml, NvmlFacts) else None, self.seen)
         families += bmc_families(bmc if isinstance(bmc, BmcFacts) else None)
         families += rdma_families(facts.host.rdma if facts is not None else None)
         families.append(firmware_family(nvml if isinstance(nvml, NvmlFacts) else None,
@@ -119,7 +120,32 @@ def reload_families(ok: bool, last_success_s: float, failed_file: str | None) ->
     return [success, stamp, failure]
 
 
-def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
+class GpuLabels:
+    """The UUID, bus id and model each GPU index had when it last answered.
+
+    A lost GPU (NVML GpuIsLost, fallen off the bus) answers nothing, so its series would carry
+    empty labels just when an operator needs to know which board to pull. The daemon keeps one of
+    these for its lifetime; a GPU first seen lost (after a restart) has nothing to remember.
+    """
+
+    def __init__(self) -> None:
+        self._by_index: dict[int, list[str]] = {}
+
+    def labels(self, index: int, current: list[str]) -> list[str]:
+        """`current` (gpu, UUID, pci_bus_id, modelName) with the empty ones filled from the last sighting."""
+        known = self._by_index.get(index)
+        if all(current[1:]):
+            self._by_index[index] = current
+            return current
+        if known is None:
+            return current
+        filled = [value or old for value, old in zip(current, known, strict=True)]
+        if current[1] and known[1] != current[1]:  # another board in that slot: nothing to borrow
+            return current
+        return filled
+
+
+def gpu_families(nvml: NvmlFacts | None, seen: GpuLabels | None = None) -> list[Metric]:
     labels = GPU_LABELS
     up = GaugeMetricFamily("nodewarden_gpu_up", "1 if the GPU answered its last NVML read", labels=labels)
     temp = GaugeMetricFamily("nodewarden_gpu_temperature_celsius", "GPU core temperature", labels=labels)
@@ -128,8 +154,9 @@ def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
     power = GaugeMetricFamily("nodewarden_gpu_power_watts", "GPU power draw", labels=labels)
     limit = GaugeMetricFamily("nodewarden_gpu_power_limit_watts", "GPU power limits (enforced, default)",
                               labels=[*labels, "limit"])
-    ecc = GaugeMetricFamily("nodewarden_gpu_ecc_errors", "ECC error counts as NVML reports them",
-                            labels=[*labels, "type", "scope"])
+    # Counts that only grow (volatile ones reset with the driver, which rate() handles as a counter reset).
+    ecc = CounterMetricFamily("nodewarden_gpu_ecc_errors", "ECC error counts as NVML reports them",
+                              labels=[*labels, "type", "scope"])
     remap = GaugeMetricFamily("nodewarden_gpu_remapped_rows", "HBM row remaps", labels=[*labels, "type"])
     nvlink = GaugeMetricFamily("nodewarden_gpu_nvlink_active_links", "NVLink links in the active state",
                                labels=labels)
@@ -140,6 +167,8 @@ def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
     for gpu in nvml.gpus:
         key = [str(gpu.index), gpu.uuid if isinstance(gpu.uuid, str) else "", _dcgm_bus_id(gpu.pci_bus_id),
                gpu.name if isinstance(gpu.name, str) else ""]
+        if seen is not None:
+            key = seen.labels(gpu.index, key)
         readable = gpu.lost is None and not isinstance(gpu.name, Unknown)
         up.add_metric(key, 1 if readable else 0)
         if not readable:
@@ -167,7 +196,7 @@ def gpu_families(nvml: NvmlFacts | None) -> list[Metric]:
     return families
 
 
-def _add(family: GaugeMetricFamily, labels: list[str], value: Any) -> None:
+def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: Any) -> None:
     if _known(value) and isinstance(value, (int, float)):
         family.add_metric(labels, float(value))
 

@@ -17,7 +17,7 @@ from agent.digest import sha256_hex
 from agent.errors import ProfileError
 from agent.expect import COMPARATORS, Expectation
 from agent.sanitise import is_clean
-from agent.schema import Validator, validate_document
+from agent.schema import Validator, describe_path, validate_document
 from agent.yamlfile import LineMap, PathKey, load_yaml_file
 
 FALLBACK_PROFILE = "generic-nvidia"
@@ -256,7 +256,8 @@ def _record_origins(value: Any, path: PathKey, origin: str, lines: LineMap,
 Overlay = tuple[str, dict[str, Any], LineMap]
 
 
-def build(chain: list[ProfileFile], overrides: Iterable[Overlay] = ()) -> Profile:
+def build(chain: list[ProfileFile], overrides: Iterable[Overlay] = (),
+          errors: list[ProfileError] | None = None) -> Profile:
     leaf = chain[-1]
     origins: dict[PathKey, tuple[str, int | None]] = {}
     expect: dict[str, Any] = {}
@@ -278,8 +279,15 @@ def build(chain: list[ProfileFile], overrides: Iterable[Overlay] = ()) -> Profil
         protected_sysctls=frozenset(str(key) for item in chain if not is_shipped(item.path)
                                     for key in item.data.get("remediate_protected_sysctls") or ()),
     )
-    _compile_expectations(profile, expect, ())
+    _compile_expectations(profile, expect, (), errors)
     return profile
+
+
+def _fail(errors: list[ProfileError] | None, error: ProfileError) -> None:
+    """Raise `error`, or, when collecting every error of a file (`profiles validate`), keep it."""
+    if errors is None:
+        raise error
+    errors.append(error)
 
 
 def _shift(lines: LineMap, prefix: str) -> LineMap:
@@ -314,12 +322,13 @@ NOT_SYSCTLS = {
 }
 
 
-def _compile_expectations(profile: Profile, node: Mapping[str, Any], path: PathKey) -> None:
+def _compile_expectations(profile: Profile, node: Mapping[str, Any], path: PathKey,
+                          errors: list[ProfileError] | None = None) -> None:
     if path == ("sysctl",):
         for key in node:
             if key in NOT_SYSCTLS:
                 file, line = profile.origins.get((*path, key), ("?", None))
-                raise ProfileError(f"expect.sysctl.{key}: {NOT_SYSCTLS[key]}", path=file, line=line)
+                _fail(errors, ProfileError(f"expect.sysctl.{key}: {NOT_SYSCTLS[key]}", path=file, line=line))
     for key, value in node.items():
         sub = (*path, key)
         if not isinstance(value, Mapping) or sub in TABLES:
@@ -327,35 +336,42 @@ def _compile_expectations(profile: Profile, node: Mapping[str, Any], path: PathK
         if "severity" in value:
             comparators = [c for c in COMPARATORS if c in value]
             file, line = profile.origins.get(sub, ("?", None))
+            where = f"expect.{'.'.join(map(str, sub))}"
             if not comparators:
-                raise ProfileError(f"expect.{'.'.join(map(str, sub))}: needs one of "
-                                   f"{', '.join(COMPARATORS)}", path=file, line=line)
+                _fail(errors, ProfileError(f"{where}: needs one of {', '.join(COMPARATORS)}", path=file, line=line))
+                continue
             rng = value.get("range")
             if rng is not None and rng[0] > rng[1]:
-                raise ProfileError(f"expect.{'.'.join(map(str, sub))}: range low {rng[0]} > high {rng[1]}",
-                                   path=file, line=line)
-            _refuse_control_characters(profile, sub, value)
-            profile._compiled[sub] = Expectation.from_mapping(value)
+                _fail(errors, ProfileError(f"{where}: range low {rng[0]} > high {rng[1]}", path=file, line=line))
+                continue
+            if _refuse_control_characters(profile, sub, value, errors):
+                profile._compiled[sub] = Expectation.from_mapping(value)
         else:
-            _compile_expectations(profile, value, sub)
+            _compile_expectations(profile, value, sub, errors)
 
 
-def _refuse_control_characters(profile: Profile, path: PathKey, expectation: Mapping[str, Any]) -> None:
+def _refuse_control_characters(profile: Profile, path: PathKey, expectation: Mapping[str, Any],
+                               errors: list[ProfileError] | None = None) -> bool:
     """Values (and keys) that remediation may write into sysctl.d, boot.conf or a BIOS PATCH are one
-    line of printable text: a newline would add a line of the attacker's choosing to a root-owned file."""
+    line of printable text: a newline would add a line of the attacker's choosing to a root-owned file.
+    False (with `errors` collecting) if one is not."""
     where = f"expect.{'.'.join(map(str, path))}"
+    clean = True
     for part in path:
         if isinstance(part, str) and not is_clean(part):
             file, line = profile.origins.get(path, ("?", None))
-            raise ProfileError(f"{where}: a key with a control character or line break", path=file, line=line)
+            _fail(errors, ProfileError(f"{where}: a key with a control character or line break", path=file, line=line))
+            clean = False
     for comparator in COMPARATORS:
         values = expectation.get(comparator)
         for value in values if isinstance(values, list) else [values]:
             if isinstance(value, str) and not is_clean(value):
                 file, line = profile.origins.get((*path, comparator), profile.origins.get(path, ("?", None)))
-                raise ProfileError(f"{where}.{comparator}: {value!r} holds a control character or line break "
-                                   "(values nodewarden may write to config files are one line of text)",
-                                   path=file, line=line)
+                _fail(errors, ProfileError(f"{where}.{comparator}: {value!r} holds a control character or line "
+                                           "break (values nodewarden may write to config files are one line of "
+                                           "text)", path=file, line=line))
+                clean = False
+    return clean
 
 
 # --- public entry points -----------------------------------------------------------------------
@@ -415,6 +431,10 @@ class ProfileStore:
     def validate_file(self, path: Path) -> Profile:
         """Load one file wherever it is, resolve its parents on the search path, build it."""
         loaded = load(path, trust=False)
+        return build([*self._parents(loaded), loaded])
+
+    def _parents(self, loaded: ProfileFile) -> list[ProfileFile]:
+        path = loaded.path
         try:
             parents = self.chain(loaded.extends) if loaded.extends else []
         except ProfileError as exc:
@@ -424,7 +444,30 @@ class ProfileStore:
         if any(p.name == loaded.name for p in parents):
             raise ProfileError(f"cyclic extends: {loaded.name} -> ... -> {loaded.name}", path=str(path),
                                line=loaded.lines.line_for(("extends",)))
-        return build([*parents, loaded])
+        return parents
+
+    def validate_file_errors(self, path: Path) -> list[ProfileError]:
+        """Every error of one file, in line order (`profiles validate`): each schema violation, then,
+        if the document has the profile's shape, its `extends` and every expectation that cannot compile.
+        A file that does not parse is one error."""
+        try:
+            data, lines = load_yaml_file(path, ProfileError)
+        except ProfileError as exc:
+            return [exc]
+        if not isinstance(data, dict):
+            return [ProfileError("a profile must be a YAML mapping", path=str(path), line=1)]
+        errors = [ProfileError(f"{describe_path(e.path)}: {e.message}", path=str(path), line=lines.line_for(e.path))
+                  for e in profile_validator().errors(data)]
+        if not errors and data["name"] != path.stem:
+            errors.append(ProfileError(f"name {data['name']!r} must match the file name {path.stem!r}",
+                                       path=str(path), line=lines.line_for(("name",))))
+        if not errors:  # the rest reads the document's shape: only once the schema holds
+            try:
+                loaded = ProfileFile(path.stem, path, data, lines)
+                build([*self._parents(loaded), loaded], errors=errors)
+            except ProfileError as exc:
+                errors.append(exc)
+        return sorted(errors, key=lambda e: (e.path != str(path), e.line or 0))
 
     def match_rules(self) -> dict[str, MatchRule | None]:
         """Each concrete profile's own `match:` (the leaf file decides)."""

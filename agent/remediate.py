@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.change_kinds import VerifyError, kind_named, kind_of
+from agent.change_kinds import NotSupportedWrite, VerifyError, kind_named, kind_of
 from agent.engine import AuditRequest, run_audit
 from agent.errors import ConfigError, NodewardenError
 from agent.facts import NodeFacts
@@ -289,6 +289,7 @@ def apply(request: RemediationRequest, target: HostTarget, actions: list[Action]
             _journal_stopped(actions, action, str(exc))
             return
         failpoint("after-journal")
+        number = 0
         try:
             for number, change in enumerate(action.changes):
                 if number == 1:
@@ -297,9 +298,12 @@ def apply(request: RemediationRequest, target: HostTarget, actions: list[Action]
                 if note:
                     action.notes.append(note)
         except (OSError, ValueError) as exc:
-            action.outcome, action.error = Outcome.FAILED, f"write failed: {exc}; `nodewarden rollback " \
-                f"{journal.run_id}` restores the prior state"
-            if not _record(journal, {"phase": "failed", "action": action.id, "error": str(exc)}):
+            # The first write refused as unsupported changed nothing: rollback skips it (`not_applied`).
+            unchanged = isinstance(exc, NotSupportedWrite) and number == 0
+            action.outcome, action.error = (Outcome.REFUSED, f"{exc}: nothing was changed") if unchanged else (
+                Outcome.FAILED, f"write failed: {exc}; `nodewarden rollback {journal.run_id}` restores the prior state")
+            if not _record(journal, {"phase": "not_applied" if unchanged else "failed", "action": action.id,
+                                     "error": str(exc)}):
                 _journal_stopped(actions, action, "the journal is full or failing")
                 return
             continue
@@ -437,7 +441,8 @@ def _rollback(target: HostTarget, state: StateDir, run_id: str | None) -> Rollba
         # folder from being removed below (found by the seeded SIGKILL test).
         _remove_leftover_temps(target, run)
         restored: list[str] = []
-        for entry in reversed(run.before_states()):
+        unchanged = {e.get("action") for e in run.entries() if e.get("phase") == "not_applied"}
+        for entry in reversed([e for e in run.before_states() if e.get("action") not in unchanged]):
             for item in reversed(entry["states"]):
                 try:
                     _restore(target, item)

@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +25,10 @@ from agent import __version__
 from agent.errors import SnapshotError
 from agent.profiles import data_dir
 from agent.sources.fsroot import LiveFs
-from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.kmsg import KMSG_DEVICE
 from agent.sources.local_sources import CAPTURE_SYSCTLS
 from agent.sources.registry import SOURCES
+from agent.sources.snapshot_dir import Snapshot
 from agent.sources.source import CaptureOptions, Recording
 from agent.yamlfile import load_yaml_file
 
@@ -40,27 +39,6 @@ log = logging.getLogger("nodewarden.snapshot")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 # Read on capture besides the profiles' own keys: what support engineers ask for.
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    path: Path
-    meta: dict[str, Any]
-    origin: str | None = None  # what the user named, where that is not `path` (an archive, extracted)
-
-    @property
-    def captured(self) -> list[str]:
-        return [str(c) for c in self.meta.get("captured", [])]
-
-    def has(self, source: str) -> bool:
-        return source in self.captured
-
-    def fs(self) -> SnapshotFs:
-        return SnapshotFs(self.path)
-
-    @property
-    def kmsg_path(self) -> Path:
-        return self.path / "kmsg.txt"
 
 
 def simulated_nodes_dir() -> Path:

@@ -13,6 +13,12 @@ log and message id, naming the components and their counts. Keyed by the message
 other finding here: a new entry raises the count, never adds a series. Other OK-severity
 recoveries (a volume back to OK, POST or discovery complete) repeat with every reset and say
 nothing by themselves.
+
+A fault that clears itself is not a pass when it comes back (issue 22 item 8): a Critical entry that a
+later entry cleared within SELF_CLEARING_S (`HardwareFatalFaultDetected` -> `...Cleared` ten seconds
+later, an IPMI assertion and its deassertion) and that recurs on the same sensor or resource (what the
+clearing entry names) at least twice in the window is one warning per log and message id, "recurring,
+self-clearing", with the count per sensor. Once is history: the BMC cleared it, nothing came back.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections import defaultdict
 from agent.digest import sha256_hex
 from agent.facts import BmcLogEntry, NodeFacts
 from agent.model import Finding, Severity, Status
+from agent.numbers import parse_iso_time
 from agent.profiles import Profile
 from checks import Check
 from checks._bmc import bmc_facts, entry_time, event_window, open_entries, with_source
@@ -44,6 +51,9 @@ LINK_STATE = re.compile(r"\blinks?\b[^;]{0,60}?\b(up|down|lost|restored|recovere
 # More link state changes than this for one component in the window is a flapping link. A reboot
 # takes each port down and up once or twice; ten in a week is more than a node's maintenance does.
 LINK_FLAPS_MAX = 10
+# A critical fault the BMC itself clears within this many seconds is self-clearing; recurring from this count.
+SELF_CLEARING_S = 300
+SELF_CLEARING_RECURS = 2
 
 
 def _message_key(message: str) -> str:
@@ -77,6 +87,7 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
             f"date, so whether they are recent is unknown; e.g. {worst.severity} {worst.log} entry "
             f"{worst.message!r}"), facts))
     flaps = _flapping(bmc.events, counted, {(log, kind) for _sev, log, kind, _op in grouped}, now, window)
+    flaps += _self_clearing(bmc.events, now, window)
     if not grouped:
         resolved = sum(1 for e in bmc.events if e.resolved is True and e.severity in _SEVERITY)
         notes = [f"{n} {what}" for n, what in ((older, "older ones outside the window"), (resolved, "resolved")) if n]
@@ -148,4 +159,41 @@ def _flapping(events: tuple[BmcLogEntry, ...], counted: list[BmcLogEntry], repor
             expected=f"at most {LINK_FLAPS_MAX} link state changes per component in {window.days} days",
             reason="A link that keeps dropping and coming back is a cable, optic, switch port or NIC fault even "
                    "when every entry says it recovered"))
+    return findings
+
+
+def _self_clearing(events: tuple[BmcLogEntry, ...], now: dt.datetime, window: dt.timedelta) -> list[Finding]:
+    """One warning per log and message id whose Critical entries the BMC cleared within SELF_CLEARING_S and
+    that came back on one sensor at least SELF_CLEARING_RECURS times in the window (see the module notes)."""
+    per_kind: dict[tuple[str, str], dict[str, list[BmcLogEntry]]] = defaultdict(lambda: defaultdict(list))
+    for entry in events:
+        if entry.severity != "Critical" or entry.resolved is not True or not entry.cleared_at:
+            continue
+        start, end = entry_time(entry), parse_iso_time(entry.cleared_at)
+        if start is None or end is None or not now - window <= start <= now + dt.timedelta(days=1):
+            continue
+        if not 0 <= (end - start).total_seconds() <= SELF_CLEARING_S:
+            continue  # cleared minutes or days later: an outage that was repaired, not a self-clearing fault
+        key = entry.message_id or _message_key(entry.message)
+        per_kind[(entry.log, key)][entry.about or entry.message].append(entry)
+    findings = []
+    for (log, key), sensors in sorted(per_kind.items()):
+        recurring = {about: entries for about, entries in sensors.items() if len(entries) >= SELF_CLEARING_RECURS}
+        if not recurring:
+            continue
+        ranked = sorted(recurring.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        every = [e for _about, entries in ranked for e in entries]
+        latest = max(every, key=lambda e: e.created or "")
+        longest = max((parse_iso_time(e.cleared_at or "") or now) - (entry_time(e) or now) for e in every)
+        shown = ", ".join(f"{about!r} x{len(entries)}" for about, entries in ranked[:3])
+        more = f" and {len(ranked) - 3} more" if len(ranked) > 3 else ""
+        findings.append(EVENTS.finding(
+            f"{log}:{key}:recurring", Status.WARN, Severity.WARNING,
+            f"recurring, self-clearing: Critical {log} entry {latest.message!r} came back {len(every)} times in the "
+            f"last {window.days} days on {shown}{more}, each cleared by the BMC within "
+            f"{int(longest.total_seconds())} s (last {latest.created})",
+            observed={about: len(entries) for about, entries in ranked},
+            expected=f"a critical fault at most once per sensor in {window.days} days",
+            reason="A critical fault the BMC clears within seconds and that comes back is a marginal part (sensor, "
+                   "regulator, cable) on its way to failing for good; a pass would hide it"))
     return findings

@@ -9,6 +9,7 @@ from agent.facts import NodeFacts
 from agent.model import Finding, Severity, Status
 from agent.numbers import finite
 from agent.profiles import Profile
+from agent.sources.ipmi_parse import NON_RECOVERABLE
 from checks import Check
 from checks._bmc import (
     NOT_MEASURING,
@@ -177,6 +178,13 @@ def evaluate_fans(facts: NodeFacts, profile: Profile) -> list[Finding]:
             finding.status = expectation.status_on_mismatch()
             finding.message = (f"{fan.name} turns at {fan.reading:g} {fan.units or ''} below its lower critical "
                                f"threshold {fan.lower_critical:g}")
+        if fan.state == NON_RECOVERABLE and finding.status is not Status.PASS:
+            # The BMC's own verdict that the fan is past recovery: positive evidence, so critical whatever the
+            # profile rates a fan's health (an 8-GPU tray loses cooling).
+            finding.status, finding.severity = Status.FAIL, Severity.CRITICAL
+            reading = f" (reading {fan.reading:g} {fan.units or ''})".replace(" )", ")") \
+                if fan.reading is not None else ""
+            finding.message = f"{fan.name} is non-recoverable per the BMC (ipmitool `nr`){reading}: replace the fan"
         findings.append(finding)
     if skipped:
         findings.append(not_judged_summary(FANS, expectation, skipped, "fan(s)", facts))

@@ -8,7 +8,10 @@ is a discrepancy: one of the two BMCs is stale or blind, and jobs should not lan
 until someone knows which. Both views are the BMC's, so this runs in a BMC-only audit too.
 
 The views are paired by serial number, then UUID, then by position (slot or instance number
-order) when the rest are as many on each side; a GPU that cannot be paired is not guessed at.
+order) when the rest are as many on each side; a GPU that cannot be paired is not guessed at. A GPU
+the baseboard reports InTest, Warning or Critical is a finding even when only that view lists it (or
+the host view gives it no health): the baseboard reads the GPU itself, so its word is positive
+evidence; there is just no second view to hold it against.
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ def _judge(host: BmcGpu, board: BmcGpu, how: str, expectation: Expectation) -> F
         return HGX_HEALTH.finding(subject, status, severity, message, observed=observed, expected="both views agree",
                                   reason=expectation.reason, action=action)
 
+    if seen["the HGX baseboard"] == "bad" and None in seen.values():
+        return alone(board, expectation, f"the host system gives it no health ({_describe(host)}, {host.where})")
     if None in seen.values():
         blind = next(name for name, v in seen.items() if v is None)
         return emit(Status.SKIP, Severity.INFO,
@@ -115,6 +120,25 @@ def _judge(host: BmcGpu, board: BmcGpu, how: str, expectation: Expectation) -> F
     return emit(expectation.status_on_mismatch(), expectation.severity, message)
 
 
+def alone(board: BmcGpu, expectation: Expectation, why: str) -> Finding:
+    """A GPU the baseboard alone judges bad (InTest, Warning, Critical): a finding with no second view."""
+    subject = gpu_id(board)
+    where = f" (slot {board.slot})" if board.slot else ""
+    message = f"GPU {subject}{where}: the HGX baseboard reports {_describe(board)} ({board.where}); {why}"
+    observed = {"baseboard": _describe(board), "host": None}
+    if board.health == "Critical":
+        return HGX_HEALTH.finding(subject, Status.FAIL, Severity.CRITICAL,
+                                  message + "; keep jobs off this GPU until the fault is understood",
+                                  observed=observed, expected="both views agree", reason=expectation.reason,
+                                  action="drain")
+    if board.health != "Warning":  # InTest
+        return HGX_HEALTH.finding(subject, Status.WARN, expectation.severity,
+                                  message + "; wait for the in-system test to end, then look again",
+                                  observed=observed, expected="both views agree", reason=expectation.reason)
+    return HGX_HEALTH.finding(subject, expectation.status_on_mismatch(), expectation.severity, message,
+                              observed=observed, expected="both views agree", reason=expectation.reason)
+
+
 @HGX_HEALTH.evaluator
 def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     expectation = profile.expectation("crosscheck", "hgx_gpu_health")
@@ -131,9 +155,14 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         findings = [HGX_HEALTH.finding("node", Status.SKIP, Severity.INFO,
                                        f"only {only} lists GPU processors ({len(board or host)}): no second view "
                                        "to compare with", expected="both views agree")]
+        findings += [alone(g, expectation, "the host system lists no GPU processors to compare with")
+                     for g in sorted(board, key=_position) if verdict(g) == "bad"]
     else:
         pairs, host_left, board_left = pair_views(host, board)
         findings = sorted((_judge(h, b, how, expectation) for h, b, how in pairs), key=lambda f: _natural(f.subject))
+        paired = {id(b) for _, b, _ in pairs}
+        findings += [alone(g, expectation, "the host system's view of it could not be paired")
+                     for g in sorted(board, key=_position) if id(g) not in paired and verdict(g) == "bad"]
         if host_left or board_left:
             findings.append(HGX_HEALTH.finding(
                 "node", Status.SKIP, Severity.INFO,

@@ -10,7 +10,10 @@ drain-and-reset. A code the table does not know warns with `contact_support`.
 Evidence is this boot's kernel log only: a log that concatenates boots is cut
 at its last restart of the since-boot clock (parse_xids), and records with a
 wall-clock stamp older than the boot (observation time minus /proc/uptime) are
-dropped and counted, as Fabric Manager's entries are for `fabric.sxid`.
+dropped and counted, as Fabric Manager's entries are for `fabric.sxid`. A log that carries no time at
+all (`dmesg -t`, bare message text) cannot say whether an Xid is of this boot: its Xids are still
+reported, as history ("since boot cannot be established"): they warn with the catalogue's action and
+at most warning severity, and never fail or drain on their own.
 
 Application Xids (action `restart_app` or `ignore`: 13, 31, 43, 45, ...) are
 faults in a program, not the GPU: they are reported (info for plain application
@@ -28,9 +31,11 @@ from typing import Any
 from agent.facts import NodeFacts, XidEvent
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
-from agent.sources.kmsg import boot_time, predates_boot
+from agent.sources.kmsg import boot_time, predates_boot, timeless
 from agent.xid_catalog import APPLICATION_ACTIONS, Verdict, classify, rank
 from checks import Check
+
+HISTORY_NOTE = "the log carries no time: since boot cannot be established, judged as history"
 
 XID = Check("gpu.xid", "Xid errors since boot", source="kmsg",
             evidence=("Xid records of this boot's kernel log mapped through NVIDIA's catalogue; application Xids "
@@ -93,10 +98,11 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         key = subjects.get(event.pci_bus_id, f"pci:{event.pci_bus_id}")
         grouped.setdefault(key, {}).setdefault(event.xid, []).append(event)
     findings = []
+    span = _span(facts)
     for name in sorted(grouped, key=_natural):
         per_code = grouped[name]
         if not per_code:
-            findings.append(XID.finding(name, Status.PASS, Severity.INFO, f"{name}: no Xid since boot{note}",
+            findings.append(XID.finding(name, Status.PASS, Severity.INFO, f"{name}: no Xid {span}{note}",
                                         observed={}, expected="no hardware Xid"))
             continue
         worst_of = {code: _worst(code, group, set(per_code) - {code}, overrides) for code, group in per_code.items()}
@@ -108,12 +114,25 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
             times = f" x{len(per_code[code])}" if len(per_code[code]) > 1 else ""
             parts.append(f"Xid {code}{times} ({info.description}; {event.message[:80]!r})")
         failing = worst.severity is Severity.CRITICAL and worst.action not in APPLICATION_ACTIONS
+        severity, text = worst.severity, f"{name}: " + "; ".join(parts) + note
+        if all(e.ts_usec is None and e.wall is None for group in per_code.values() for e in group):
+            # Maybe an earlier boot's, maybe this one's: worth a look at the GPU now, not a drain on its own.
+            failing, text = False, f"{text} ({HISTORY_NOTE})"
+            severity = Severity.WARNING if severity is Severity.CRITICAL else severity
         findings.append(XID.finding(
-            name, Status.FAIL if failing else Status.WARN, worst.severity, f"{name}: " + "; ".join(parts) + note,
+            name, Status.FAIL if failing else Status.WARN, severity, text,
             observed={str(code): len(group) for code, group in sorted(per_code.items())},
             expected="no hardware Xid", action=worst.action,
             reason=f"Xid {worst_code}: {worst.description}"))
     return findings
+
+
+def _span(facts: NodeFacts) -> str:
+    """"since boot", or what a log without any time can say instead."""
+    kmsg = facts.kmsg
+    if isinstance(kmsg, tuple) and kmsg and all(timeless(r) for r in kmsg):
+        return f"in the log ({HISTORY_NOTE})"
+    return "since boot"
 
 
 def _worst(code: int, events: list[XidEvent], companions: set[int],

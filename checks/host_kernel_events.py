@@ -1,16 +1,20 @@
 """host.kernel.events: well-known kernel messages of this boot that an SRE acts on (issue 13).
 
 The catalogue is agent/sources/kernel_events.py: each kind of event (file-handle exhaustion, OOM
-kills, hung tasks, lockups, machine checks, EDAC, PCIe AER, NVMe timeouts, block I/O errors,
-filesystem corruption, kernel oopses, nvidia-peermem errors) has a stable id, a severity, an action
-and `limit`, the count since boot that is still normal. One finding per event id seen, keyed by the
+kills, hung tasks, lockups, RCU stalls, machine checks and APEI/GHES errors, EDAC, PCIe AER, NVMe
+timeouts and resets, block I/O errors in every spelling, filesystem corruption and read-only remounts,
+kernel oopses and panics, nvidia-peermem errors, network link drops) has a stable id, a severity, an
+action and `limit`, the count since boot that is still normal (per port for link drops: the busiest
+port's count is compared, so one drop on each of eight ports is not a flap). One finding per event id seen, keyed by the
 id (never per line): how many times, the first and the last line, and up to MAX_EXAMPLES distinct
 lines in `observed`. Over its limit an event fails when critical and warns otherwise (info for a
 job's own memory-cgroup OOM); at or under it, it passes. No event at all: one pass for the node.
 
 Evidence is this boot's kernel records only, as for `gpu.xid`: the kmsg reader's records (the log is
 never read again), cut at the last restart of the since-boot clock, and records whose wall-clock stamp
-predates the boot (observation time minus /proc/uptime) dropped and counted. No kernel log in the
+predates the boot (observation time minus /proc/uptime) dropped and counted. An event seen only in
+records without any time (`dmesg -t`, bare text) is history: whether it is of this boot cannot be
+established, so over its limit it warns (at most warning severity) with that caveat. No kernel log in the
 snapshot: nothing (source.available says so); an unreadable one: `unknown`, as `gpu.xid` says it.
 
 Profiles override any event under `expect.kernel_events.<id>`: `{max: N, severity, reason}` and
@@ -25,11 +29,13 @@ from agent.expect import Expectation
 from agent.facts import KmsgRecord, NodeFacts
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
-from agent.sources.kernel_events import RULES, Rule, parse_kernel_events
-from agent.sources.kmsg import boot_time, predates_boot
+from agent.sources.kernel_events import BY_ID, RULES, Rule, parse_kernel_events
+from agent.sources.kmsg import boot_time, predates_boot, timeless
 from checks import Check
 
 MAX_EXAMPLES = 3  # distinct lines kept per event (besides the count, the first and the last)
+MAX_KEYS = 64  # ports (a rule's `per` key) counted one by one per event (an HGX node has about a dozen)
+OTHER = "(other)"  # the ports beyond MAX_KEYS, counted together and never judged as one port
 LINE_CHARS = 160  # a quoted line is cut to this
 
 _ID_PATTERN = r"^[a-z0-9_]+(\.[a-z0-9_]+)*$"
@@ -53,9 +59,10 @@ SCHEMA = {
 
 EVENTS = Check("host.kernel.events", "Kernel fault messages since boot", source="kmsg",
                expect_path=("kernel_events",), schema=SCHEMA,
-               evidence=("catalogued kernel messages of this boot's log (lockups, hung tasks, OOM kills, machine "
-                         "checks, EDAC, PCIe AER, NVMe, I/O and filesystem errors, oopses, file-max, "
-                         "nvidia-peermem), counted per event against its limit"))
+               evidence=("catalogued kernel messages of this boot's log, counted per event against its limit "
+                         "(per port for link drops); per event id severity/action (limit): "
+                         + "; ".join(f"{r.id} {r.severity.value}/{r.action}" + (f" ({r.limit})" if r.limit else "")
+                                     for r in RULES)))
 
 
 class _Seen(NamedTuple):
@@ -65,6 +72,20 @@ class _Seen(NamedTuple):
     first: KmsgRecord
     last: KmsgRecord
     examples: tuple[str, ...]
+    timed: int = 0  # records with a time (since boot or wall clock); 0: history only
+    keys: tuple[tuple[str, int], ...] = ()  # per `per` key of the rule (a port): its count, MAX_KEYS at most
+
+    def worst(self) -> int:
+        """What the limit is compared with: the node's count, or the busiest key's for a per-key rule."""
+        return max((n for k, n in self.keys if k != OTHER), default=self.times)
+
+
+def _count_key(keys: tuple[tuple[str, int], ...], key: str) -> tuple[tuple[str, int], ...]:
+    counts = dict(keys)
+    if key not in counts and len(counts) >= MAX_KEYS:
+        key = OTHER  # bounded: a log naming thousands of ports keeps 64 by name and only counts the rest
+    counts[key] = counts.get(key, 0) + 1
+    return tuple(counts.items())
 
 
 def default_expectation(rule: Rule) -> Expectation:
@@ -100,14 +121,18 @@ def _collect(facts: NodeFacts, records: tuple[KmsgRecord, ...]) -> tuple[dict[st
             older += 1
             continue
         line = record.message[:LINE_CHARS]
+        timed = 0 if timeless(record) else 1
         was = seen.get(event.rule)
+        per_key = bool(BY_ID[event.rule].per)
         if was is None:
-            seen[event.rule] = _Seen(1, record, record, (line,))
+            seen[event.rule] = _Seen(1, record, record, (line,), timed,
+                                     _count_key((), event.key) if per_key else ())
             continue
         examples = was.examples
         if len(examples) < MAX_EXAMPLES and line not in examples:
             examples = (*examples, line)
-        seen[event.rule] = _Seen(was.times + 1, was.first, record, examples)
+        seen[event.rule] = _Seen(was.times + 1, was.first, record, examples, was.timed + timed,
+                                 _count_key(was.keys, event.key) if per_key else ())
     return seen, older
 
 
@@ -121,8 +146,10 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     seen, older = _collect(facts, kmsg)
     note = f" ({older} such records in the log predate this boot)" if older else ""
     if not seen:
+        span = "in the log (it carries no time: since boot cannot be established)" \
+            if kmsg and all(timeless(r) for r in kmsg) else "since boot"
         return [EVENTS.finding("node", Status.PASS, Severity.INFO,
-                               f"no catalogued kernel fault message since boot{note}", observed={},
+                               f"no catalogued kernel fault message {span}{note}", observed={},
                                expected="no kernel fault messages")]
     findings = []
     for rule in RULES:  # catalogue order: stable, and the worst kinds first
@@ -137,17 +164,28 @@ def _finding(rule: Rule, seen: _Seen, expectation: Expectation, note: str) -> Fi
     where = (_quote(seen.first) if seen.times == 1
              else f"first {_quote(seen.first)}, last {_quote(seen.last)}")
     limit = dict(expectation.comparators).get("max", 0)
-    allowed = f" (up to {limit} is normal)" if limit else ""
+    each = f" per {rule.per}" if rule.per else ""
+    allowed = f" (up to {limit}{each} is normal)" if limit else ""
     observed: dict[str, Any] = {"count": seen.times, "examples": list(seen.examples)}
-    verdict = expectation.evaluate(seen.times)
-    message = f"{rule.title}: {times} since boot{allowed}; {where}{note}"
+    if seen.keys:
+        observed[rule.per] = dict(seen.keys)
+        name, most = max(seen.keys, key=lambda kv: kv[1])
+        allowed += f"; most on {rule.per} {name}: {most}"
+    verdict = expectation.evaluate(seen.worst())
+    history = not seen.timed  # every record without a time: maybe an earlier boot's
+    when = " in a log without time (since boot cannot be established: judged as history)" if history \
+        else " since boot"
+    message = f"{rule.title}: {times}{when}{allowed}; {where}{note}"
     if not verdict.comparable:  # a profile's limit that is not a number
         return EVENTS.finding(rule.id, Status.UNKNOWN, expectation.severity, f"{message}: {verdict.detail}",
                               observed=observed, expected=expectation.expected, reason=expectation.reason)
     if verdict.ok:
         return EVENTS.finding(rule.id, Status.PASS, expectation.severity, message, observed=observed,
                               expected=expectation.expected, reason=expectation.reason)
-    status = Status.FAIL if expectation.severity is Severity.CRITICAL else Status.WARN
-    return EVENTS.finding(rule.id, status, expectation.severity, message, observed=observed,
+    severity = expectation.severity
+    if history and severity is Severity.CRITICAL:
+        severity = Severity.WARNING  # a look at the node now, not a drain on a record of unknown age
+    status = Status.FAIL if severity is Severity.CRITICAL else Status.WARN
+    return EVENTS.finding(rule.id, status, severity, message, observed=observed,
                           expected=expectation.expected, reason=expectation.reason,
                           action=str(expectation.option("action", rule.action)))

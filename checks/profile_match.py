@@ -41,6 +41,13 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         )]
     fit = board_fit(profile, facts)
     partial = "" if fit.full else f"; judged as {fit.why}, so the board's GPU and NVSwitch counts are not judged"
+    if match.how == "forced" and match.misfit:
+        return [PROFILE_MATCH.finding(
+            "node", Status.WARN, Severity.WARNING,
+            f"profile {match.profile} chosen for hardware it does not match ({match.misfit}){partial}",
+            observed=match.identity, expected=f"hardware profile {match.profile} matches",
+            reason="A profile's expectations (firmware, clocks, fabric) are for the hardware its match rule "
+                   "names; on other hardware its findings mislead")]
     if match.how == "forced":
         return [PROFILE_MATCH.finding("node", Status.PASS, Severity.INFO,
                                       f"profile {match.profile} chosen with --profile for {match.identity}{partial}",

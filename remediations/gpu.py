@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pynvml import NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM
-
 from agent.expect import Expectation
 from agent.facts import GpuFacts
 from agent.model import Finding, Unknown
 from agent.sources.nvml import COMPUTE_MODES, read_nvml
+from agent.sources.nvml_const import NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM  # not pynvml: importing this loads no binding
 from checks.gpu_clocks import describe_app_clocks
 from remediations import Action, ActionClass, NvmlSet, PlanContext, actuator, refused, target_value
 

@@ -214,3 +214,17 @@ def test_module_documentation_is_valid(tmp_path: Path) -> None:
                                           "state_dir", "executable"}
     assert {"changed", "reboot_required", "run_id", "actions", "report"} <= set(doc["return"])
     assert "nodewarden:" in doc["examples"]
+
+
+def test_ansible_lint_is_clean_and_results_stay_out_of_the_checkout(tmp_path: Path) -> None:
+    """Issue 26.8: ansible-lint (production profile, offline) passes over ansible/; what the playbooks fetch by
+    default (results/, reports/ next to them) is git-ignored."""
+    proc = subprocess.run([sys.executable, "-m", "ansiblelint", "--nocolor"], cwd=REPO / "ansible",
+                          env={**ansible_env(tmp_path), "NO_COLOR": "1"}, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Passed: 0 failure(s), 0 warning(s)" in proc.stdout + proc.stderr
+    for default in ("results/node.json", "reports/node.json"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", f"ansible/{default}"], cwd=REPO, timeout=60,
+                                 check=False)
+        assert ignored.returncode == 0, f"ansible/{default} would land in the checkout"

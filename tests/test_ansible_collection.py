@@ -72,8 +72,8 @@ def test_check_mode_plans_with_one_diff_per_action_and_touches_nothing(node: Pat
     # reboot class needs allow: [reboot]; the ACS fix is disruptive and needs allow: [disruptive]
     assert statuses.pop("not_allowed") == {"bios_attribute:bios", "acs:0000:b9:02.0"}
     assert set(statuses) == {"planned"}
-    diffs = {d["after_header"]: d for d in result["diff"]}
-    assert set(diffs) == statuses["planned"]  # one per planned action, nothing for those not allowed
+    diffs = {d["after_header"]: d for d in result["diff"] if "after_header" in d}
+    assert set(diffs) == statuses["planned"]  # one per planned action; those not allowed say so (below)
     assert diffs["sysctl:net.core.rmem_max"] == {
         "before_header": "sysctl:net.core.rmem_max (safe, net.core.rmem_max)",
         "after_header": "sysctl:net.core.rmem_max",
@@ -85,6 +85,24 @@ def test_check_mode_plans_with_one_diff_per_action_and_touches_nothing(node: Pat
     shown = out.task_output("nodewarden")
     assert "--- before: sysctl:net.core.rmem_max (safe, net.core.rmem_max)" in shown
     assert '-sysctl:net.core.rmem_max = "4194304"' in shown and '+sysctl:net.core.rmem_max = "134217728"' in shown
+
+
+def test_check_diff_shows_what_allow_left_out_and_compares_like_with_like(node: Path, tmp_path: Path) -> None:
+    """Issue 26.8: `--check --diff` names the actions `allow` filtered out; the governor diff is value against value."""
+    site = module_playbook(tmp_path, "nodewarden.gpu.remediate", snapshot=str(node), state_dir=str(tmp_path / "st"),
+                           audit_after=False)
+    out = playbook(tmp_path, site, "--check", "--diff")
+    assert out.rc == 0, out.stdout
+    result = module_result(tmp_path)
+    assert {a["id"] for a in result["not_allowed"]} == {"bios_attribute:bios", "acs:0000:b9:02.0"}
+    shown = out.task_output("nodewarden")
+    assert "not allowed: bios_attribute:bios (reboot, BIOS): class reboot not allowed (--allow reboot)" in shown
+    assert 'would  bios_attribute:bios.ProcCStates = "Disabled"' in shown
+    assert "not allowed: acs:0000:b9:02.0 (disruptive, 0000:b9:02.0): class disruptive not allowed" in shown
+    (governor,) = [d for d in result["diff"] if d.get("after_header") == "cpu_governor:node"]
+    assert governor["before"] == 'cpu_governor:node = "powersave"  # 0-223\n'
+    assert governor["after"] == 'cpu_governor:node = "performance"\n'
+    assert '-cpu_governor:node = "powersave"  # 0-223' in shown and '+cpu_governor:node = "performance"' in shown
 
 
 def test_reboot_class_in_check_mode_predicts_reboot_required(node: Path, tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """The import graph (issue 16, 1): no circles among agent/, checks/ and remediations/, and no module
-imports another module's `_private` name. Read from the source with `ast` (function-level imports
-count: they are still dependencies; imports under `if TYPE_CHECKING:` do not, they never run).
+imports another module's `_private` name. Read from the source with `ast`. Function-level imports
+count: they are still dependencies. Imports under `if TYPE_CHECKING:` count too (issue 23): a lazy
+import one way and a type-only import back is how the circles agent/fleet/reading <-> render and
+agent/snapshot <-> agent/sources/* hid from this test, which used to drop type-only imports.
 """
 
 from __future__ import annotations
@@ -25,18 +27,9 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node except those under `if TYPE_CHECKING:`."""
-    out: list[ast.AST] = []
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            stack.extend(node.orelse)
-            continue
-        out.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
+def _import_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node, those under `if TYPE_CHECKING:` and inside functions included: all are dependencies."""
+    return list(ast.walk(tree))
 
 
 def _private_module_of_another_package(importer: str, module: str) -> bool:
@@ -50,7 +43,7 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
     edges: dict[str, set[str]] = defaultdict(set)
     private: list[str] = []
     for name, path in mods.items():
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
                     node.module.split(".")[0] in PACKAGES):
                 if _private_module_of_another_package(name, node.module):
@@ -130,9 +123,10 @@ def test_no_private_names_imported_across_modules() -> None:
 def test_the_detector_finds_a_circle_and_a_private_import() -> None:
     # The two tests above must be able to fail: a planted circle and reach-in are found.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    tree = ast.parse("from agent.engine import _hidden\nif TYPE_CHECKING:\n    from agent.cli import x\n")
-    names = [n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, ast.ImportFrom)]
-    assert names == ["_hidden"]
+    tree = ast.parse("from agent.engine import _hidden\nif TYPE_CHECKING:\n    from agent.cli import x\n"
+                     "def f():\n    from agent.node import y\n")
+    names = sorted(n.names[0].name for n in _import_nodes(tree) if isinstance(n, ast.ImportFrom))
+    assert names == ["_hidden", "x", "y"]
     assert _private_module_of_another_package("agent.remediate", "remediations._target")
     assert not _private_module_of_another_package("checks.gpu_ecc", "checks._gpu")
     assert not _private_module_of_another_package("agent.remediate", "remediations.targets")

@@ -110,7 +110,7 @@ def test_table_opens_with_the_verdict_and_the_actions_worst_first(run_cli: RunCl
     drifted = run_cli(*TABLE, env=FIXED_WIDTH).stdout.splitlines()
     assert drifted[0].startswith("nodewarden audit of gpu-h100-drifted-01")
     assert drifted[2].startswith("DRAIN: ")  # GPU 7 fell off the bus: critical, and it asks for drain
-    actions = [line.split()[0] for line in drifted[3:drifted.index("", 3)]]
+    actions = [line.split()[0] for line in drifted[3:drifted.index("", 3)] if not line.startswith("   ")]
     assert actions[0] == "drain" and "gpu.lost gpu7; gpu.xid gpu7: GPU 7 has fallen off the bus" in drifted[3]
     assert actions.index("replace_psu") < actions.index("reboot") < actions.index("remediate")
     assert actions[-1] == "monitor" and len(actions) == len(set(actions))  # one line per action
@@ -118,7 +118,8 @@ def test_table_opens_with_the_verdict_and_the_actions_worst_first(run_cli: RunCl
     assert healthy[2] == "OK: nothing to do"
     degraded = run_cli(*TABLE, "--only", "host.*").stdout.splitlines()  # warning-level fails only
     assert degraded[2].startswith("DEGRADED: ")
-    assert {line.split()[0] for line in degraded[3:degraded.index("", 3)]} == {"upgrade_driver", "remediate"}
+    assert {line.split()[0] for line in degraded[3:degraded.index("", 3)] if not line.startswith("   ")} == {
+        "upgrade_driver", "remediate"}  # a line of 3 spaces or more continues the action above it
 
 
 def test_rows_show_severity_and_areas_come_by_their_worst_finding(run_cli: RunCli) -> None:
@@ -229,6 +230,78 @@ def test_errors_and_warnings_follow_log_format_json(run_cli: RunCli, tmp_path: P
     assert [line["level"] for line in json_lines(fleet.stderr)] == ["warning", "error"]
     text = run_cli("fleet", "report", str(tmp_path / "none.json"), "--format", "json")
     assert text.stderr.startswith("nodewarden: warning: skipped ")  # text stays text
+
+
+# --- issue 26.6: every line fits the terminal ------------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+@pytest.mark.parametrize("verbose", [(), ("-v",)], ids=["plain", "verbose"])
+def test_every_line_fits_the_terminal(run_cli: RunCli, columns: int, verbose: tuple[str, ...]) -> None:
+    for color in ("never", "always"):
+        result = run_cli(*TABLE, *verbose, "--color", color, env={"COLUMNS": str(columns)})
+        assert result.code == 1, result.stderr
+        lines = ANSI.sub("", result.stdout).splitlines()
+        wide = [line for line in lines if len(line) > columns]
+        assert not wide, f"{len(wide)} of {len(lines)} lines wider than {columns}: {wide[:3]}"
+        # nothing lost: every failing finding's check is still shown whole
+        assert "gpu.nvlink.links" in result.stdout and "System Board PS Redundancy" in ANSI.sub("", result.stdout)
+
+
+def test_long_names_wrap_and_are_never_cut() -> None:
+    """A subject or an action list longer than the terminal wraps; only a message is cut (without -v)."""
+    from agent.config import Config
+    from agent.engine import AuditRequest, run_audit
+    from agent.model import Finding, Severity, Status
+    from agent.report.table import render_table
+
+    report = run_audit(AuditRequest(config=Config(), simulate="hgx-h100-healthy", only=("profile.match",)))
+    subject = "nvswitch" + "x" * 150
+    finding = Finding(check="fabric.sxid", subject=subject, status=Status.FAIL, severity=Severity.CRITICAL,
+                      message="m " * 200, source="kmsg", action="drain")
+    for width in (80, 120):
+        report.findings = [finding]
+        text = render_table(report, width=width)
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert subject in "".join(line.strip() for line in text.splitlines())
+
+
+# --- issue 26.9: each command's help describes its own options; the README names every command -----------
+
+
+def test_each_commands_help_describes_its_own_options(run_cli: RunCli) -> None:
+    audit = " ".join(run_cli("audit", "--help").stdout.split())
+    assert "-v lists passes" in audit and "--debug-http" in audit and "--color" in audit
+    for command in (("install",), ("apply-boot",), ("profiles", "validate"), ("snapshot", "import"), ("fleet", "report")):
+        shown = " ".join(run_cli(*command, "--help").stdout.split())
+        assert "lists passes" not in shown and "--color" not in shown, command
+        assert "--debug-http" not in shown, command
+        assert "-v, --verbose" in shown and "--log-format" in shown, command
+    daemon = run_cli("daemon", "--help").stdout
+    assert "--debug-http" in daemon and "--color" not in daemon  # it reads a BMC, prints no table
+    # hidden, still accepted: a script that passes them everywhere keeps working
+    assert run_cli("profiles", "validate", "--color", "never", "--debug-http",
+                   str(REPO / "profiles" / "base.yaml")).code == 0
+
+
+def test_the_readme_synopsis_lists_every_command() -> None:
+    import click
+
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("## Command line\n\n```\n")
+    synopsis = readme[start:readme.index("```\n", start + 20)]
+    commands: list[str] = []
+    for name in cli.list_commands(click.Context(cli)):
+        command = cli.get_command(click.Context(cli), name)
+        if isinstance(command, click.Group):
+            commands += [f"{name} {sub}" for sub in command.list_commands(click.Context(command))]
+        else:
+            commands.append(name)
+    missing = [c for c in commands if not re.search(rf"^nodewarden {re.escape(c)}\b", synopsis, re.M)
+               and not (" " in c and re.search(rf"^nodewarden {c.split()[0]} .*\b{c.split()[1]}\b", synopsis, re.M))]
+    assert not missing, f"README's command synopsis lacks {missing}"
 
 
 # --- completion, man page, README ---------------------------------------------------------------------

@@ -34,6 +34,10 @@ def used_names() -> dict[str, set[str]]:
 def test_the_reader_uses_nvml_names() -> None:
     assert {"nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetFieldValues",
             "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "NVMLError_GpuIsLost"} <= set(used_names())
+    # agent.accept.sampler: once per run and per tick on top of the reader (bound to the real ABI in
+    # tests/accept/test_accept_nvml_mock.py)
+    assert {"nvmlDeviceGetMaxClockInfo", "nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
+            "nvmlEventSetFree", "nvmlEventTypeXidCriticalError", "NVMLError_Timeout"} <= set(used_names())
 
 
 def test_every_nvml_name_exists_in_the_real_binding() -> None:
@@ -63,7 +67,8 @@ class SignatureSpy:
 
 
 def simulated_recording(name: str) -> dict[str, Any]:
-    return json.loads((REPO / "fixtures" / "nodes" / name / "nvml.json").read_text())
+    data: dict[str, Any] = json.loads((REPO / "fixtures" / "nodes" / name / "nvml.json").read_text())
+    return data
 
 
 def test_every_call_the_reader_makes_binds_to_the_real_signature() -> None:
@@ -96,3 +101,49 @@ def test_every_call_the_reader_makes_binds_to_the_real_signature() -> None:
 def test_the_deprecated_pynvml_distribution_is_not_what_we_import() -> None:
     # nvidia-ml-py ships pynvml.py itself; the `pynvml` distribution is a wrapper with a FutureWarning.
     assert Path(pynvml.__file__).name == "pynvml.py"
+
+
+def test_the_event_thread_calls_bind_to_the_real_signatures() -> None:
+    """agent/sources/nvml_events.py calls the live binding only (no replay exists for the event set): each
+    `nvml.nvmlX(...)` there must exist in pynvml and take that many arguments."""
+    import ast
+
+    tree = ast.parse((REPO / "agent" / "sources" / "nvml_events.py").read_text(encoding="utf-8"))
+    calls = {(node.func.attr, len(node.args)) for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and isinstance(node.func.value, ast.Name) and node.func.value.id == "nvml"
+             and node.func.attr.startswith("nvml")}
+    assert {"nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlEventSetFree",
+            "nvmlDeviceGetSupportedEventTypes"} <= {name for name, _ in calls}
+    for name, count in calls:
+        inspect.signature(getattr(pynvml, name)).bind(*[None] * count)  # TypeError if the call does not fit
+
+
+_LOADED = """
+import sys
+from agent.cli import cli
+try:
+    cli.main(args=sys.argv[1:], prog_name="nodewarden")
+except SystemExit:
+    pass
+print("pynvml" in sys.modules, file=sys.stderr)
+"""
+
+
+def _loads_pynvml(*args: str) -> bool:
+    """`nodewarden audit ARGS` on this machine, live, in a fresh interpreter: was pynvml imported?"""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MOCK_NVML", "LD_LIBRARY_PATH"))}
+    done = subprocess.run([sys.executable, "-c", _LOADED, "audit", "--format", "json", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    return done.stderr.strip().splitlines()[-1] == "True"
+
+
+def test_skipping_the_gpu_checks_loads_no_pynvml() -> None:
+    """`--skip 'gpu.*'` with a named profile reads no NVML: accept.* (silent in audits) and matching (no
+    profile to match) used to make the audit load the binding anyway."""
+    assert not _loads_pynvml("--profile", "hgx-h100-sxm", "--skip", "gpu.*")
+    assert _loads_pynvml("--profile", "hgx-h100-sxm")  # the GPU checks do load it: the probe can tell

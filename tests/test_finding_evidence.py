@@ -122,7 +122,8 @@ def test_table_shows_evidence_only_with_v_and_junit_in_properties(imported: tupl
     inner = next(e["name"] for e in meta["inputs"] if e["kind"] == "nvidia-bug-report")
     plain = run_cli("audit", "--snapshot", str(out), "--format", "table")
     assert plain.code in (0, 1) and "from: " not in plain.stdout
-    verbose = run_cli("-v", "audit", "--snapshot", str(out), "--format", "table")
+    # a terminal wide enough for the long temporary paths (the table wraps lines to the terminal: issue 26.6)
+    verbose = run_cli("-v", "audit", "--snapshot", str(out), "--format", "table", env={"COLUMNS": "400"})
     assert f"from: {inner} ({NVSMI_SECTION})" in verbose.stdout
     assert f"from: {LSPCI}\n" in verbose.stdout
     junit = run_cli("audit", "--snapshot", str(out), "--format", "junit")

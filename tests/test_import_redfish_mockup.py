@@ -62,7 +62,7 @@ def test_a_real_mockup_audits_as_the_bmc_only_snapshot(tree: Path, tmp_path: Pat
         files = sorted(p.relative_to(tree).as_posix() for p in (tree / "redfish").rglob("index.json"))
         assert sorted(p.relative_to(out).as_posix() for p in (out / "redfish").rglob("index.json")) == files
         assert {e["kind"] for e in meta["inputs"] if e["name"].endswith("index.json")} == {"redfish-mockup"}
-        assert "(redfish-mockup): redfish: /redfish/v1" in stdout
+        assert f"redfish-mockup: {len(files):,} files, {len(files):,} used (redfish {len(files):,})\n" in stdout
         assert _bmc_findings(run_cli, out, empty_config) == expected, name
 
 
@@ -108,3 +108,36 @@ def test_hostile_members_are_refused_by_name_and_the_rest_imports(tmp_path: Path
     stored = sorted(p.relative_to(tmp_path / "snap").as_posix() for p in (tmp_path / "snap").rglob("*")
                     if p.is_file() and p.name != "meta.yaml")
     assert stored == sorted(p.relative_to(tree).as_posix() for p in (tree / "redfish").rglob("index.json"))
+
+
+def test_the_import_prints_a_line_per_kind_every_file_with_v_and_only_errors_with_q(
+        tmp_path: Path, run_cli: RunCli) -> None:
+    """Issue 26.5: a mockup of hundreds of files is one summary line, not one line per file."""
+    tree = tmp_path / "in"
+    shutil.copytree(TREES[0] / "redfish", tree / "redfish")
+    (tree / "junk.bin").write_bytes(b"\x00\x01\x02" * 100)
+    (tree / "redfish" / "v1" / "broken.json").write_text('{"@odata.id": 7}')
+    files = len(list((tree / "redfish").rglob("index.json")))
+    result = run_cli("snapshot", "import", str(tree), "--out", str(tmp_path / "summary"))
+    assert result.code == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"redfish-mockup: {files:,} files, {files:,} used (redfish {files:,})",
+        "1 error, 1 file of no kind nodewarden reads (on stderr; -v lists every file and what it gave)",
+        f"imported redfish into {tmp_path / 'summary'}"]
+    assert [line.split(":")[0] for line in result.stderr.splitlines()] == ["error", "skipped"]
+    verbose = run_cli("snapshot", "import", "-v", str(tree), "--out", str(tmp_path / "every"))
+    assert verbose.code == 0 and len(verbose.stdout.splitlines()) == files + 1
+    assert all(" (redfish-mockup): redfish: /redfish/v1" in line for line in verbose.stdout.splitlines()[:-1])
+    quiet = run_cli("snapshot", "import", "-q", str(tree), "--out", str(tmp_path / "quiet"))
+    assert quiet.code == 0 and quiet.stdout == ""
+    assert quiet.stderr.startswith(f"error: {tree / 'redfish' / 'v1' / 'broken.json'}: ") and "junk.bin" not in quiet.stderr
+
+
+def test_import_help_lists_every_kind(run_cli: RunCli) -> None:
+    from agent.importers.bundle import kind_names
+    from agent.importers.summary import IMPORT_KINDS
+
+    assert list(IMPORT_KINDS) == kind_names()
+    shown = " ".join(run_cli("snapshot", "import", "--help").stdout.split())
+    assert all(kind in shown.replace("- ", "-") for kind in kind_names()), shown
+    assert "--quiet" in shown and "lists every file" in shown

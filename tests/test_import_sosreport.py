@@ -19,7 +19,7 @@ SOS = REPO / "fixtures" / "sosreport" / "sosreport-gpu-node-07-2024-11-05-qxbzkt
 
 
 def _import(run_cli: RunCli, out: Path, *inputs: Path) -> tuple[dict[str, Any], str]:
-    result = run_cli("snapshot", "import", *(str(p) for p in inputs), "--out", str(out))
+    result = run_cli("snapshot", "import", "-v", *(str(p) for p in inputs), "--out", str(out))  # -v: every file
     assert result.code == 0, result.stderr
     assert "Traceback" not in result.stderr
     return yaml.safe_load((out / "meta.yaml").read_text()), result.stdout

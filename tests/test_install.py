@@ -46,6 +46,9 @@ def test_install_lays_out_units_config_credential_and_state(run_cli: RunCli, tmp
     assert (tmp_path / "etc/nodewarden/bmc-password").read_bytes() == b""
     assert mode(tmp_path / "var/lib/nodewarden") == 0o755  # root's; the unprivileged daemon reads the baseline
     assert "systemctl daemon-reload" in out
+    # issue 26.9: the paths really written, under the prefix
+    assert f"wrote  {tmp_path}/etc/systemd/system/nodewarden.service\n" in out
+    assert f"wrote  {tmp_path}/etc/nodewarden/bmc-password\n" in out and "wrote  /etc" not in out
 
 
 def test_installed_units_verify_and_are_hardened(run_cli: RunCli, tmp_path: Path) -> None:
@@ -63,7 +66,7 @@ def test_a_second_install_keeps_the_operators_files(run_cli: RunCli, tmp_path: P
     password.write_text("s3cret\n")
     out = installed(run_cli, tmp_path)
     assert config.read_text() == "profile: hgx-h100-sxm\n" and password.read_text() == "s3cret\n"
-    assert "kept   /etc/nodewarden/config.yaml" in out
+    assert f"kept   {tmp_path}/etc/nodewarden/config.yaml (exists)" in out
     assert (tmp_path / "etc/nodewarden/config.yaml.example").read_text() == example_config()
 
 

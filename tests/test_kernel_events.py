@@ -95,6 +95,9 @@ CAUGHT = [
     ("nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping further processing",
      "nvidia.peermem"),
     ("nv_mem nv_mem_get_pages:300 error -22 while calling nvidia_p2p_get_pages()", "nvidia.peermem"),
+    # kernel/panic.c; mlx5e_update_carrier (the rest: tests/test_kernel_events_catalogue.py)
+    ("Kernel panic - not syncing: hung_task: blocked tasks", "kernel.panic"),
+    ("mlx5_core 0000:01:00.0 enp1s0f0np0: Link down", "net.link_flap"),
 ]
 
 HARMLESS = [

@@ -20,6 +20,7 @@ from agent.fleet.prometheus import STATUS_OF_CODE
 from agent.metrics import HEALTH_CODES, NodeMetrics
 from agent.metrics_server import MAX_HEAD_BYTES, Exposition, MetricsServer, ServerSettings
 from agent.model import Finding, Status, Waiver
+from agent.report.collapse import display_subjects
 from agent.report.model import Report
 from agent.report.prom import PASSING, STATUS_CODES, render_families, render_prom, render_with_client, report_families
 
@@ -78,8 +79,9 @@ def test_a_finding_has_a_series_only_while_it_does_not_pass(reports: dict[str, R
         families = {f.name: f for f in report_families(report)}
         codes = {(s.labels["check"], s.labels["subject"]): s.value for s in families["nodewarden_check_status"].samples}
         first: dict[tuple[str, str], Finding] = {}
+        shown = display_subjects(report.findings)  # a firmware group's name, not its grouping key
         for finding in report.findings:
-            first.setdefault((finding.check, finding.subject), finding)
+            first.setdefault((finding.check, shown[id(finding)]), finding)
         problems = {key: STATUS_CODES[f.status] for key, f in first.items() if f.status not in PASSING}
         assert codes == problems, name
         counts = {(s.labels["check"], s.labels["status"]): s.value for s in families["nodewarden_checks"].samples}

@@ -45,6 +45,7 @@ from tests.test_monitoring import (
 )
 
 RULES_TEST = MONITORING / "tests" / "nodewarden.rules_test.yml"
+ALERTS_DOC = MONITORING.parent / "docs" / "alerts.md"  # every runbook_url points at a section of it
 # Series that are not nodewarden's own but may appear in expressions.
 FOREIGN_METRICS = {"up"}
 # Alerts about the whole job (none at all; mixed firmware of a job and profile) have no instance to name.
@@ -167,7 +168,9 @@ def test_rules_shape() -> None:
     for rule in alerts():
         name, labels, notes = rule["alert"], rule.get("labels", {}), rule.get("annotations", {})
         assert labels.get("severity") in SEVERITIES | TEMPLATED_SEVERITIES, f"{name}: severity {labels}"
-        assert {"summary", "description", "runbook"} <= set(notes), f"{name}: annotations {sorted(notes)}"
+        assert {"summary", "description", "runbook", "runbook_url"} <= set(notes), f"{name}: annotations {sorted(notes)}"
+        assert notes["runbook_url"] == f"docs/alerts.md#{name.lower()}", f"{name}: runbook_url {notes['runbook_url']}"
+        assert f"\n## {name}\n" in ALERTS_DOC.read_text(encoding="utf-8"), f"{name}: no section in docs/alerts.md"
         if name not in NO_INSTANCE_ALERTS:
             for key in ("summary", "description"):
                 assert "$labels.instance" in notes[key], f"{name}: {key} does not name the instance"
@@ -178,7 +181,7 @@ def test_rules_shape() -> None:
                 "NodewardenTuningDrift", "NodewardenNodeWarning", "NodewardenSourceDown", "NodewardenSourceStale",
                 "NodewardenDaemonDown", "NodewardenMetricsAbsent", "NodewardenXidCritical", "NodewardenXidWarning",
                 "NodewardenGpuThermalMarginLow", "NodewardenIbPortFlapping", "NodewardenFirmwareDrift",
-                "NodewardenFirmwareMixed"}
+                "NodewardenFirmwareMixed", "NodewardenConfigReloadFailed", "NodewardenAuditStale"}
     assert set(names) == expected
     for rule in alerts():  # alerts per node, not per finding, GPU or port: `for` on every state alert
         if rule["alert"] not in {"NodewardenXidCritical", "NodewardenXidWarning", "NodewardenIbPortFlapping"}:
@@ -211,7 +214,7 @@ def test_every_alert_fires_and_stays_silent_in_the_unit_tests() -> None:
         assert firing, f"{name}: no case where it fires"
         for alert in firing:
             assert alert.get("exp_labels", {}).get("severity") in SEVERITIES, f"{name}: {alert}"
-            assert {"summary", "description", "runbook"} <= set(alert.get("exp_annotations", {})), (
+            assert {"summary", "description", "runbook", "runbook_url"} <= set(alert.get("exp_annotations", {})), (
                 f"{name}: a firing case does not check every annotation: {alert}")
     for record in recording_names():
         assert any(re.search(rf"(?<![\w:]){re.escape(record)}(?![\w:])", expr) for expr in recorded_exprs), (

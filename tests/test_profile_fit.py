@@ -180,3 +180,28 @@ def test_matching_from_the_bmc_is_exact() -> None:
     assert select(identity(["10de:27b8"]), store).profile.name == "nvidia-pcie"
     assert select(identity(["10de:2684"]), store).profile.name == "nvidia-geforce"
     assert select(identity(["10de:27b0", "10de:2684"]), store).profile.name == "generic-nvidia"  # mixed
+
+
+# --- issue 26.7: a profile named with --profile that the hardware does not fit ---------------------
+
+def forced_match(forced: str, **where: Any) -> tuple[str, str]:
+    from agent.config import Config
+    from agent.engine import AuditRequest, run_audit
+
+    report = run_audit(AuditRequest(config=Config(), profile=forced, only=("profile.match",), **where))
+    (finding,) = [f for f in report.findings if f.check == "profile.match"]
+    return finding.status.value, finding.message
+
+
+def test_a_forced_profile_the_hardware_does_not_match_warns(run_cli: RunCli, tmp_path: Path) -> None:
+    for forced, shown in (("hgx-h200-sxm", "GPU PCI ids 10de:2330, the profile's 10de:2335"),
+                          ("nvidia-pcie", "GPU PCI ids 10de:2330, the profile's 10de:1db3, 10de:1db4, 10de:1db6, "
+                                          "10de:1df6 and 13 more")):
+        status, message = forced_match(forced, simulate="hgx-h100-healthy")
+        assert (status, message) == ("warn", f"profile {forced} chosen for hardware it does not match ({shown})")
+    # its own profile fits; so does one H100 of the board (a dump): a partial view, never a misfit
+    assert forced_match("hgx-h100-sxm", simulate="hgx-h100-healthy")[0] == "pass"
+    rel = "nvidia_gpu_exporter/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+    assert run_cli("snapshot", "import-nvidia-smi", str(DUMPS / rel), "--out", str(tmp_path / "snap")).code == 0
+    status, message = forced_match("hgx-h100-sxm", snapshot=tmp_path / "snap")
+    assert status == "pass" and "does not match" not in message

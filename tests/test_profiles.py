@@ -234,3 +234,26 @@ def test_profiles_show_and_match(run_cli: RunCli) -> None:
     matched = run_cli("profiles", "match", "--simulate", "hgx-h100-drifted")
     assert matched.code == 0
     assert "profile:  hgx-h100-sxm (auto)" in matched.stdout
+
+
+def test_validate_reports_every_error_of_a_file_in_one_run(run_cli: RunCli, tmp_path: Path) -> None:
+    """Issue 26.7: each schema violation of a file, and each expectation that cannot compile, in one run."""
+    (tmp_path / "base.yaml").write_bytes((shipped_profile_dir() / "base.yaml").read_bytes())
+    schema = tmp_path / "schema3.yaml"
+    schema.write_text("name: schema3\nextends: base\ndescription: x\nexpect:\n  sysctl:\n"
+                      "    vm.swappiness: {severity: nope, max: 10, reason: r}\n"
+                      "  gpu:\n    persistence_mode: {severity: critical, equals: 'yes', reason: 5}\n"
+                      "    persistence: {severity: warning, equals: true, reason: r}\n")
+    built = tmp_path / "build2.yaml"
+    built.write_text("name: build2\nextends: base\ndescription: x\nexpect:\n  sysctl:\n"
+                     "    vm.transparent_hugepage: {severity: warning, equals: never, reason: r}\n"
+                     "    net.core.rmem_max: {severity: warning, range: [10, 1], reason: r}\n"
+                     "    vm.swappiness: {severity: warning, max: 10, reason: r}\n")
+    result = run_cli("profiles", "validate", str(schema), str(built), str(tmp_path / "base.yaml"))
+    assert result.code == 2
+    lines = result.stderr.splitlines()
+    assert [line.split(": ")[0] for line in lines] == [f"{schema}:6", f"{schema}:8", f"{schema}:9", f"{built}:6",
+                                                       f"{built}:7"], lines
+    assert "'nope' is not one of" in lines[0] and "expected string, got 5" in lines[1] and "unknown key 'persistence'" in lines[2]
+    assert "thp.enabled" in lines[3] and "range low 10 > high 1" in lines[4]
+    assert result.stdout == f"{tmp_path / 'base.yaml'}: ok\n"

@@ -85,8 +85,14 @@ def install(prefix: Path, binary: str | None = None) -> InstallResult:
     return result
 
 
-def summary(result: InstallResult) -> str:
-    lines = [f"wrote  {path}" for path in result.written] + [f"kept   {path} (exists)" for path in result.kept]
-    lines.append("next: put the BMC password in /etc/nodewarden/bmc-password (or leave it empty), then\n"
+def summary(result: InstallResult, prefix: Path = Path("/")) -> str:
+    """What was written and kept, by the paths really written (under `prefix`), then what to run."""
+    def real(path: str) -> str:
+        return str(prefix / path.lstrip("/")) + ("/" if path.endswith("/") else "")
+
+    lines = [f"wrote  {real(path)}" for path in result.written] + [
+        f"kept   {real(path)} (exists)" for path in result.kept]
+    staged = "" if prefix.resolve() == Path("/") else f" (on the system {prefix} is the root of)"
+    lines.append(f"next{staged}: put the BMC password in /etc/nodewarden/bmc-password (or leave it empty), then\n"
                  "  systemctl daemon-reload && systemctl enable --now nodewarden.service nodewarden-audit.timer")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.fleet.records import NodeRecord, NodeSummary, Skipped, waiver_expiry
+from agent.names import natural_key
 
 FLEET_SCHEMA = "nodewarden.fleet/v1"
 
@@ -22,6 +23,7 @@ class FleetOptions:
     expected_nodes: list[str] | None = None
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
     worst: int = 25
+    heatmap_nodes: int = 1000  # rows of the thermal heat map (hottest first); every outlier stays in the JSON
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
@@ -154,6 +156,7 @@ def build_report(
                     }
                 )
     outliers.sort(key=lambda r: (-r["above_median_c"], r["node"], r["slot"]))
+    heatmap = thermal_heatmap(nodes, medians, options.heatmap_nodes, options.thermal_delta_c)
 
     xid_codes: dict[int, dict[str, int]] = defaultdict(dict)
     for node in nodes:
@@ -252,9 +255,11 @@ def build_report(
         "by_check": checks,
         "by_profile": profiles,
         "worst_nodes": worst,
+        "failure_signatures": failure_signatures(ordered),
         "firmware": firmware,
         "firmware_drift": sorted(drift),
         "thermal_outliers": outliers,
+        "thermal_heatmap": heatmap,
         "xids": xids,
         "stale": stale,
         "missing": missing,
@@ -263,3 +268,48 @@ def build_report(
         "baselines": baselines,
         "nodes": NodeRows(ordered),
     }
+
+
+MAX_SIGNATURE_NODES = 20  # nodes named per failure signature; the rest are counted
+
+
+def failure_signatures(ordered: list[NodeRecord]) -> list[dict[str, Any]]:
+    """Failing nodes grouped by the set of checks that fail on them, biggest group first.
+
+    Three hundred nodes failing the same two checks are one line with a count: one cause, usually
+    one fix. `ordered` is worst first, so each group names its worst nodes first.
+    """
+    groups: dict[tuple[str, ...], list[NodeRecord]] = defaultdict(list)
+    for node in ordered:
+        if node.failed:
+            groups[tuple(sorted(node.failed))].append(node)
+    ordered_groups = sorted(groups.items(), key=lambda g: (-len(g[1]), -sum(1 for n in g[1] if n.critical), g[0]))
+    return [
+        {
+            "checks": list(checks),
+            "nodes": len(members),
+            "critical_nodes": sum(1 for n in members if n.critical),
+            "node_names": [n.node for n in members[:MAX_SIGNATURE_NODES]],
+        }
+        for checks, members in ordered_groups
+    ]
+
+
+def thermal_heatmap(nodes: list[NodeRecord], medians: dict[tuple[str, str], float], limit: int,
+                    delta_c: float) -> dict[str, Any]:
+    """Each node's GPUs in °C above the fleet median of the same slot and profile (None: no reading).
+
+    Rows are the `limit` nodes with the largest excess, hottest first; `slots` the columns, in order.
+    """
+    slots = sorted({slot for node in nodes for slot in node.slots}, key=natural_key)
+    column = {slot: i for i, slot in enumerate(slots)}
+    rows: list[dict[str, Any]] = []
+    for node in nodes:
+        if not node.slots:
+            continue
+        above: list[float | None] = [None] * len(slots)
+        for slot, temp in zip(node.slots, node.temps, strict=True):
+            above[column[slot]] = round(temp - medians[(node.profile, slot)], 1)
+        rows.append({"node": node.node, "profile": node.profile, "above_median_c": above})
+    rows.sort(key=lambda r: (-max((v for v in r["above_median_c"] if v is not None), default=0.0), r["node"]))
+    return {"slots": slots, "rows": rows[:limit], "nodes": len(rows), "delta_c": delta_c}

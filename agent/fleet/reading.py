@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent.fleet.records import Interner, NodeRecord, NodeSummary, Skipped, summarize_report
+from agent.fleet.render import csv_rows
 from agent.jsonfile import JsonInputError, load_json_file
 
 MAX_FILE_BYTES = 64 << 20  # an audit report is ~100 KB; anything this big is not one
@@ -47,8 +48,6 @@ def _read_one(path: str, keep_rows: bool) -> Result:
 def _result(summary: NodeSummary, keep_rows: bool) -> tuple[NodeRecord, str | None]:
     if not keep_rows:
         return NodeRecord(summary), None
-    from agent.fleet.render import csv_rows
-
     return NodeRecord(summary), csv_rows(summary)
 
 

@@ -16,13 +16,20 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from agent.fleet.heatmap import heatmap_svg, signatures_table
 from agent.sanitise import clean, clean_value, csv_row, md_cell
 
-if TYPE_CHECKING:  # the renderers take agent.fleet's records; agent.fleet.reading calls csv_rows in its workers
-    from agent.fleet.reading import FleetReader
+if TYPE_CHECKING:  # the renderers take agent.fleet's records
     from agent.fleet.records import NodeRecord, NodeSummary
+
+
+class RowSource(Protocol):
+    """What iter_csv needs of agent.fleet.reading's FleetReader (which imports this module: no circle)."""
+
+    def csv_rows(self, rec: NodeRecord) -> str: ...
+
 
 TABLE_LIMIT = 200  # rows per table in HTML/Markdown; the JSON has everything
 
@@ -114,7 +121,7 @@ def render_csv(nodes: list[NodeSummary]) -> str:
     return CSV_HEADER + "".join(csv_rows(node) for node in nodes)
 
 
-def iter_csv(reader: FleetReader, records: list[NodeRecord]) -> Iterator[str]:
+def iter_csv(reader: RowSource, records: list[NodeRecord]) -> Iterator[str]:
     """The CSV of the nodes kept, by name, from the rows the reader spooled as they arrived."""
     yield CSV_HEADER
     for rec in records:
@@ -173,6 +180,14 @@ def iter_md(fleet: dict[str, Any]) -> Iterator[str]:
                 [r["node"], r["profile"], r["critical"], r["fail"], r["warn"], ", ".join(r["top"])]
                 for r in fleet["worst_nodes"]
             ],
+        )
+    )
+    parts.append(
+        "## Failure signatures\n\nFailing nodes grouped by the checks that fail on them.\n\n"
+        + _md_table(
+            ["nodes", "with critical", "failing checks", "nodes, worst first"],
+            [[r["nodes"], r["critical_nodes"], ", ".join(r["checks"]), ", ".join(r["node_names"][:10])]
+             for r in fleet["failure_signatures"]],
         )
     )
     rows = []
@@ -415,22 +430,8 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
             ],
             {1, 2, 3},
         ),
-        '<h2 id="worst">Worst nodes</h2>',
-        _table(
-            ["node", "profile", "critical", "fail", "warn", "failing checks"],
-            [
-                [
-                    _node_link(r["node"]),
-                    _e(r["profile"]),
-                    f'<span class="crit">{r["critical"]}</span>' if r["critical"] else "0",
-                    str(r["fail"]),
-                    str(r["warn"]),
-                    _e(", ".join(r["top"])),
-                ]
-                for r in fleet["worst_nodes"]
-            ],
-            {2, 3, 4},
-        ),
+        '<h2 id="worst">Worst nodes, by failure signature</h2>',
+        signatures_table(fleet["failure_signatures"], _node_link),
         '<h2 id="firmware">Firmware drift</h2>',
     ]
     if fleet["firmware_drift"]:
@@ -460,30 +461,9 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
                 )
     else:
         sections.append('<p class="ok">One version per component across the fleet.</p>')
-    slots: dict[str, list[float]] = {}
-    for row in fleet["thermal_outliers"]:
-        slots.setdefault(row["slot"], []).append(row["above_median_c"])
     sections += [
-        '<h2 id="thermal">GPU thermal outliers</h2>',
-        bar_chart(
-            [(slot, len(values), "#e07b00") for slot, values in sorted(slots.items())],
-            "Nodes hotter than their slot's fleet median, by GPU slot",
-        ),
-        _table(
-            ["node", "profile", "slot", "°C", "slot median °C", "above median"],
-            [
-                [
-                    _node_link(r["node"]),
-                    _e(r["profile"]),
-                    _e(r["slot"]),
-                    f"{r['temperature_c']:g}",
-                    f"{r['slot_median_c']:g}",
-                    f"+{r['above_median_c']:g}",
-                ]
-                for r in fleet["thermal_outliers"]
-            ],
-            {3, 4, 5},
-        ),
+        '<h2 id="thermal">GPU temperature above the slot median</h2>',
+        heatmap_svg(fleet["thermal_heatmap"], _node_link),
         '<h2 id="xid">Xid errors</h2>',
         bar_chart([(f"Xid {r['xid']}", r["nodes"], "#6a4c93") for r in fleet["xids"][:20]], "Nodes with each Xid"),
         _table(

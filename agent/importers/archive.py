@@ -37,12 +37,13 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.errors import SnapshotError
 
+T = TypeVar("T")
 REDACT_KINDS = ("serials", "uuids", "hostnames", "macs", "ips", "guids")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 _UUID_RE = re.compile(rb"(?<![0-9A-Fa-f])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
@@ -252,20 +253,38 @@ def capture_archive(out: Path, capture: Callable[[Path], list[str]], redact: tup
 
     with OutputDir(out, what="archive", replace_empty=False) as work:  # refuses an existing `out` or an unsafe parent
         top = out.name.removesuffix(".tgz").removesuffix(".tar.gz") or "snapshot"
-        snap = work.path / top
-        captured = capture(snap)
-        if redact:
-            redact_tree(snap, redact)
-        fd = os.open("snapshot.tar.gz", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                     dir_fd=work.fd)
-        with os.fdopen(fd, "wb") as handle:
-            with tarfile.open(fileobj=handle, mode="w:gz") as archive:
-                archive.add(snap, arcname=top, recursive=True, filter=_clean)
-            handle.flush()
-            os.fsync(handle.fileno())
+        # The files are captured into a private scratch folder (in memory where `scratch_dir` finds room: its
+        # thousands of small files are what made an archive slow), only the archive goes beside `out`.
+        scratch = Path(tempfile.mkdtemp(prefix=f"{_EXTRACT_PREFIX}{os.getpid()}-", dir=scratch_dir()))
+        try:
+            snap = scratch / top
+            captured = capture(snap)
+            if redact:
+                redact_tree(snap, redact)
+            fd = os.open("snapshot.tar.gz", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644, dir_fd=work.fd)
+            with os.fdopen(fd, "wb") as handle:
+                # gzip's own default level: level 9 (tarfile's) took twice as long for 3 % less
+                with tarfile.open(fileobj=handle, mode="w:gz", compresslevel=6) as archive:
+                    for member in with_progress(_members(snap), f"packing {out.name}"):
+                        archive.add(member, arcname=f"{top}/{member.relative_to(snap)}" if member != snap else top,
+                                    recursive=False, filter=_clean)
+                handle.flush()
+                os.fsync(handle.fileno())
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         work.publish("snapshot.tar.gz")  # renameat2(RENAME_NOREPLACE): never over what appeared meanwhile
         work.discard()
     return captured
+
+
+def _members(root: Path) -> Iterator[Path]:
+    """`root` and everything under it, folders before their files, in a stable order (as tarfile.add walks)."""
+    yield root
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(dirs) + sorted(files):
+            yield Path(folder) / name
 
 
 def _clean(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -283,11 +302,11 @@ def extract_archive(path: Path) -> Path:
 
     _remove_stale_extractions()
     # Named with our pid, so that a later run can tell a folder left by a killed one (SIGKILL) from a live one's.
-    work = Path(tempfile.mkdtemp(prefix=f"{_EXTRACT_PREFIX}{os.getpid()}-"))
+    work = Path(tempfile.mkdtemp(prefix=f"{_EXTRACT_PREFIX}{os.getpid()}-", dir=scratch_dir()))
     atexit.register(shutil.rmtree, work, True)
     _exit_on_terminate()
     prefix = f"{path}:"
-    for entry in Reader().read_paths([path]):
+    for entry in with_progress(Reader().read_paths([path]), f"unpacking {path.name}"):
         if entry.error and entry.name == str(path):
             raise SnapshotError(f"not a snapshot archive: {entry.error}", path=str(path))
         if entry.error:
@@ -312,10 +331,66 @@ def extract_archive(path: Path) -> Path:
 _EXTRACT_PREFIX = "nodewarden-snapshot-"
 
 
+def scratch_dir() -> str | None:
+    """Where a snapshot is unpacked or packed: /dev/shm (memory) when $TMPDIR is not set and it is a tmpfs
+    with room for the largest archive we unpack (MAX_TOTAL), else $TMPDIR (None: tempfile's choice).
+
+    Thousands of small files created and removed again are what made an archive ~5x slower than its
+    folder: on a journalled disk mounted with `discard` each costs ~100 us each way, in memory ~20.
+    The folder is private either way (mkdtemp: 0700, a random name) and removed at exit.
+    """
+    from agent.importers.input_streams import MAX_TOTAL
+
+    if os.environ.get("TMPDIR"):
+        return None
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
+            tmpfs = any(line.split()[1:3] == [_SHM, "tmpfs"] for line in mounts if len(line.split()) > 2)
+        info = os.statvfs(_SHM)
+        usable = stat.S_ISDIR(os.lstat(_SHM).st_mode) and os.access(_SHM, os.W_OK | os.X_OK)
+    except OSError:
+        return None
+    return _SHM if tmpfs and usable and info.f_bavail * info.f_frsize > 2 * MAX_TOTAL else None
+
+
+_SHM = "/dev/shm"  # noqa: S108 - a private mkdtemp folder in it (0700, random name), never a fixed path
+PROGRESS_AFTER_S = 2.0  # a terminal sees progress for anything that takes longer
+
+
+def with_progress(items: Iterable[T], label: str) -> Iterator[T]:
+    """`items`, with click's progress bar on stderr once they have taken PROGRESS_AFTER_S, on a terminal."""
+    import sys
+    import time
+
+    import click
+
+    started, bar, count = time.monotonic(), None, 0
+    shown = sys.stderr.isatty()
+    try:
+        for item in items:
+            count += 1
+            if bar is None and shown and time.monotonic() - started > PROGRESS_AFTER_S:
+                # its length unknown (files still coming): click draws a moving bar and the count
+                bar = click.progressbar((_ for _ in ()), label=label, show_pos=True, file=sys.stderr)
+                bar.__enter__()
+                bar.update(count)
+            elif bar is not None:
+                bar.update(1)
+            yield item
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+
 def _remove_stale_extractions() -> None:
-    """Remove the folders that runs killed before their clean-up left in $TMPDIR: ours by name and owner,
-    whose pid is gone. shutil.rmtree works by descriptor, so a link planted inside one leads nowhere."""
-    base = tempfile.gettempdir()
+    """Remove the folders that runs killed before their clean-up left in $TMPDIR (or /dev/shm,
+    `scratch_dir`): ours by name and owner, whose pid is gone. shutil.rmtree works by descriptor, so a
+    link planted inside one leads nowhere."""
+    for base in {tempfile.gettempdir(), scratch_dir() or tempfile.gettempdir()}:
+        _remove_stale_in(base)
+
+
+def _remove_stale_in(base: str) -> None:
     try:
         names = [n for n in os.listdir(base) if n.startswith(_EXTRACT_PREFIX)]
     except OSError:

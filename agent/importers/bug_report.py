@@ -7,8 +7,8 @@ then a header: `*** /path` and a `*** ls: ...` line for a file it copied
 (append()), or the command it ran (`/usr/bin/nvidia-smi --query`,
 `/sbin/lspci -nnDvvvxxxx`, `/usr/sbin/dmidecode`), or a title (`dmesg:`).
 Each section's body goes to the importer of its kind (found by content, as
-any input); copied /proc files the host reader reads go to fs/ as they are;
-every other section is listed by name as not used.
+any input); copied /proc and /sys files (`*** /proc/...`, `*** /sys/...`) go to fs/ as
+the files they name, for the host reader; every other section is listed by name as not used.
 
 The report is read line by line (`contribute_lines`; a large one is streamed,
 never held whole): a section goes whole to an importer of whole inputs
@@ -20,6 +20,7 @@ section's first HEAD_BYTES, as for any input.
 from __future__ import annotations
 
 import io
+import posixpath
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -41,8 +42,20 @@ SEPARATOR = "_" * 44
 MAX_BYTES = 1 << 30
 MAX_SECTION = 64 << 20  # characters: a section for an importer of whole inputs (theirs are <= 64 MiB)
 _FILE_RE = re.compile(r"^\*\*\* (/\S+)$")
-_HOST_FILES = re.compile(r"^/proc/(?:cmdline|modules|version|driver/nvidia/version|driver/nvidia/params|"
-                         r"sys/.+)$")  # what agent.sources.host reads, copied by append()
+_HOST_FILES = re.compile(r"^/(?:proc|sys)/[^/].*$")  # procfs/sysfs files copied by append(): kept as the files
+
+
+def host_file(header: str) -> str | None:
+    """The /proc or /sys path a `*** /path` section copies, read like the file it names; None for other sections.
+
+    The path is normalised first ("/proc/driver/nvidia/./gpus/..."), so "/proc/../etc/x" names no host file;
+    the snapshot writer (Builder.put_fs) checks the characters again.
+    """
+    m = _FILE_RE.match(header)
+    if m is None:
+        return None
+    path = posixpath.normpath(m.group(1))
+    return path if _HOST_FILES.match(path) else None
 
 
 def split_sections(text: str) -> list[tuple[str, str]]:
@@ -220,9 +233,8 @@ class BugReportImporter:
             count += 1
             shown = header[:100] or "(untitled)"
             body = report.body()
-            m = _FILE_RE.match(header)
-            host_file = m.group(1) if m and _HOST_FILES.match(m.group(1)) else None
-            want = MAX_FS_FILE + 1 if host_file else HEAD_BYTES  # a host file whole (or past its cap), else a head
+            copied = host_file(header)
+            want = MAX_FS_FILE + 1 if copied else HEAD_BYTES  # a host file whole (or past its cap), else a head
             head_pieces: list[str] = []
             have = 0
             whole = True
@@ -234,9 +246,9 @@ class BugReportImporter:
                     break
             text = "".join(head_pieces)
             del head_pieces
-            if host_file and text:
-                if builder.put_fs(host_file, text + "\n", result):  # past MAX_FS_FILE: refused by put_fs
-                    result.contributed.append(f"{host_file} (section {shown!r})")
+            if copied and text:
+                if builder.put_fs(copied, text + "\n", result):  # past MAX_FS_FILE: refused by put_fs
+                    result.contributed.append(f"{copied} (section {shown!r})")
                 continue
             importer = detect_kind(text.encode("utf-8")[:HEAD_BYTES], shown, self.sections) if text.strip() else None
             if importer is None or importer.kind == self.kind:

@@ -1,8 +1,14 @@
-"""The `kernel-log` kind: /dev/kmsg records, dmesg (-T, --time-format iso, --decode), journalctl -k.
+"""The `kernel-log` kind: /dev/kmsg records, pstore, dmesg (-t, -H, -T, --time-format iso, --decode),
+journalctl -k, syslog files, and bare kernel message text.
 
-Lines go to the snapshot's kmsg.txt as printed: agent.sources.kmsg reads every
-one of these formats (its `parse_kmsg_line` is also what recognises them here,
-so the importer and the audit can never disagree). `journalctl -k -o json`
+A file is read by grammar, never by its name: each line's grammar is agent.sources.kmsg's
+`line_grammar` (the reader's own, so the importer and the audit can never disagree), and the file's
+kind is what most of its first lines are. A stamped log keeps its kernel records (and kmsg
+continuation lines); a syslog file's user-space lines and pstore's "Panic#1 Part1" headers are
+recognised and left out, counted. A log without any stamp (`dmesg -t`, node-problem-detector's
+replay of bare message text) is kept whole when its lines look like kernel messages: its records
+carry no time, and the checks judge them as history (since boot cannot be established).
+Lines go to the snapshot's kmsg.txt as printed. `journalctl -k -o json`
 (one JSON object a line) is the exception: each record becomes an ISO-stamped
 line ("2025-01-02T07:20:12.123456+00:00 [  12.345678] msg") the reader parses.
 Lines that are no kernel record (journalctl's "-- Boot ... --", a command echoed
@@ -24,15 +30,53 @@ from collections import deque
 from collections.abc import Iterable
 
 from agent.importers.base import MAX_KMSG_LINES, Builder, Contribution, InputError, decode_text, text_lines
-from agent.sources.kmsg import parse_kmsg_line
+from agent.sources.kmsg import NOT_RECORDS, is_journal, line_grammar
 
 MAX_BYTES = 512 << 20
+HEAD_LINES = 200  # the file's kind is what most of its first lines are
+_LOOK = 512  # characters of a line the bare-text test looks at
 _JOURNAL_NOTE = re.compile(r"^-- (?:Logs begin|Journal begins|Boot [0-9a-f]+|No entries|Reboot)")
+_STAMPED = frozenset({"kmsg", "pstore", "decoded", "dmesg", "reltime", "ctime", "iso", "syslog"})
+# Bare text: a kernel message starts with its subsystem ("NVRM: ", "pci 0000:19:00.0: ", "nvme nvme0: ",
+# "EXT4-fs (sda1): "); a log of them holds at least one line only the kernel prints.
+_KERNELISH = re.compile(r"^(?:[A-Za-z][\w.+/-]*(?: [\w.:+/-]+){0,2}|[A-Za-z][\w-]* \([\w.:-]+\)|\[[\w ]+\]"
+                        r"[\w .-]*): ")
+_KERNEL_ONLY = re.compile(r"NVRM: |^Linux version \d|^Command line: |^BIOS-e820|^pci \d{4}:|^ACPI: |^Call Trace:"
+                          r"|^Kernel panic|^BUG: |^Oops: |^EDAC |^mce: |^nvidia-nvswitch\d|^Out of memory: "
+                          r"|^Memory cgroup out of memory|^INFO: task |^EXT4-fs |^XFS \(|^nvme nvme\d|^mlx5_core "
+                          r"|^nvidia-peermem |^nvidia-modeset: |^nvidia-uvm: |^NVRM|^nvidia \d{4}:")
+_MESSAGE_LIKE = re.compile(r"^[A-Za-z<\[][^\t|]*$")  # one line of text: no tab-indented fields, no table
 
 
-def _stamped(line: str) -> bool:
-    record = parse_kmsg_line(line)
-    return record is not None and (record.ts_usec is not None or record.wall is not None)
+def _kinds(lines: list[str]) -> tuple[dict[str, int], bool]:
+    """How many of `lines` match each grammar, and whether the file is a journal (kmsg.is_journal)."""
+    journal = is_journal(lines)
+    counts: dict[str, int] = {}
+    for line in lines:
+        grammar = line_grammar(line, journal)
+        if grammar is not None:
+            counts[grammar] = counts.get(grammar, 0) + 1
+    return counts, journal
+
+
+def _mode(lines: list[str]) -> tuple[str | None, bool]:
+    """"stamped", "bare" (message text without stamps) or None (no kernel log), by the majority of `lines`."""
+    lines = [line for line in lines if line.strip() and not _JOURNAL_NOTE.match(line)]
+    if not lines:
+        return None, False
+    counts, journal = _kinds(lines)
+    stamped = sum(n for grammar, n in counts.items() if grammar in _STAMPED)
+    recognised = stamped + sum(n for grammar, n in counts.items() if grammar in NOT_RECORDS)
+    if stamped >= 1 and recognised * 10 >= len(lines) * 6:
+        return "stamped", journal
+    # Message text, 60 % of it; at least one line only the kernel prints; 30 % shaped like kernel messages.
+    heads = [line[:_LOOK] for line in lines]  # a line's start says what it is; a 1 MiB line is not scanned whole
+    message_like = sum(1 for line in heads if _MESSAGE_LIKE.match(line))
+    marked = sum(1 for line in heads if _KERNEL_ONLY.search(line))
+    kernelish = sum(1 for line in heads if _KERNELISH.match(line) or _KERNEL_ONLY.search(line))
+    if marked and message_like * 10 >= len(lines) * 6 and kernelish * 10 >= len(lines) * 3:
+        return "bare", journal
+    return None, journal
 
 
 def _is_journal_json(line: str) -> bool:
@@ -49,8 +93,7 @@ class KernelLogImporter:
             return False
         if sum(_is_journal_json(line) for line in lines) * 2 > len(lines):
             return True
-        stamped = sum(_stamped(line) for line in lines)
-        return stamped >= 1 and stamped * 10 >= len(lines) * 6
+        return _mode(lines)[0] is not None
 
     def contribute(self, data: bytes, builder: Builder) -> Contribution:
         if len(data) > MAX_BYTES:
@@ -62,7 +105,35 @@ class KernelLogImporter:
         result = Contribution()
         room = max(MAX_KMSG_LINES - len(builder.kmsg), 0)
         kept: deque[str] = deque(maxlen=room)  # a rolling tail: memory is bounded whatever the log's size
-        records = dropped = chars = 0
+        records = appended = dropped = recognised = chars = 0
+        head: list[str] = []  # the first lines, held until the file's kind is known
+        mode: str | None = None
+        journal = decided = False
+
+        def take(line: str) -> None:
+            nonlocal records, appended, dropped, recognised
+            record: str | None = line
+            if _is_journal_json(line):
+                record = _from_json(line)
+            elif mode == "bare":
+                record = None if _JOURNAL_NOTE.match(line) else line
+            else:
+                grammar = line_grammar(line, journal)
+                if grammar in NOT_RECORDS:
+                    recognised += 1
+                    if grammar == "pstore-header":
+                        kept.append(line)  # the reader needs it: the records below it are an earlier boot's
+                        appended += 1
+                    return
+                if not (grammar in _STAMPED or (line.startswith(" ") and records)):  # kmsg continuation lines stay
+                    record = None
+            if record is None:
+                dropped += 1
+                return
+            kept.append(record)
+            records += 1
+            appended += 1
+
         for piece in lines:
             chars += len(piece)
             if chars > MAX_BYTES:
@@ -70,21 +141,24 @@ class KernelLogImporter:
             for line in piece.splitlines():
                 if not line.strip():
                     continue
-                record: str | None = line
-                if _is_journal_json(line):
-                    record = _from_json(line)
-                elif not (_stamped(line) or (line.startswith(" ") and records)):  # kmsg continuation lines stay
-                    record = None
-                if record is None:
-                    dropped += 1
+                if not decided and len(head) < HEAD_LINES:
+                    head.append(line)
                     continue
-                kept.append(record)
-                records += 1
+                if not decided:
+                    decided = True
+                    mode, journal = _mode(head)
+                    for early in head:
+                        take(early)
+                take(line)
+        if not decided:  # a short file: its kind is known only now
+            mode, journal = _mode(head)
+            for early in head:
+                take(early)
         if not records:
             raise InputError("no kernel log record in it", path=builder.current)
-        older = records - len(kept)
+        older = appended - len(kept)
         tail = list(kept)
-        del kept
+        kept.clear()  # the tail is copied: free the deque's lines
         added = builder.add_kmsg(tail, result)
         result.contributed.append(f"kmsg.txt: {added} record(s)" + (
             f" ({len(tail) - added} repeated an earlier input's)" if added < len(tail) else ""))
@@ -93,8 +167,14 @@ class KernelLogImporter:
                                   "kernel log lines (the reader keeps no more)" if room == MAX_KMSG_LINES else
                                   f"{older} older record(s): earlier inputs left room for only the last {room} "
                                   f"of its kernel log lines (the snapshot keeps {MAX_KMSG_LINES})")
+        if recognised:
+            result.skipped.append(f"{recognised} user-space syslog line(s) or pstore header(s): recognised, "
+                                  "not kernel records")
         if dropped:
             result.skipped.append(f"{dropped} line(s) that are no kernel log record")
+        if mode == "bare":
+            result.contributed.append("the log carries no time stamps: since boot cannot be established, its "
+                                      "records are judged as history")
         return result
 
 

@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from agent.importers.base import Builder, Contribution, InputError, decode_text
+from agent.importers.nvidia_smi_fields import version_text
 from agent.importers.nvml_merge import GpuPart, bus_key
 from agent.importers.values import Unreadable, choice, string
 
@@ -101,6 +102,13 @@ def _string(text: str) -> str:
     return string(text, limit=256)
 
 
+def _version(text: str) -> str | None:
+    """A driver version without 595/610's "[Deprecated; ...]" note; None (not recorded) for their
+    'Deprecated, see "KMD version" instead' in place of one: the kmd_version column has it."""
+    bare = version_text(text)
+    return None if bare is None else string(bare, limit=256)
+
+
 _ENABLED = choice({"enabled": 1, "disabled": 0})
 _YES = choice({"yes": 1, "no": 0})
 
@@ -110,7 +118,8 @@ SINGLE: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "serial": ("device", "nvmlDeviceGetSerial", _string),
     "vbios_version": ("device", "nvmlDeviceGetVbiosVersion", _string),
     "inforom.img": ("device", "nvmlDeviceGetInforomImageVersion", _string),
-    "driver_version": ("system", "nvmlSystemGetDriverVersion", _string),
+    "kmd_version": ("system", "nvmlSystemGetDriverVersion", _version),  # 595+: the driver version's new name
+    "driver_version": ("system", "nvmlSystemGetDriverVersion", _version),
     "persistence_mode": ("device", "nvmlDeviceGetPersistenceMode", _ENABLED),
     "compute_mode": ("device", "nvmlDeviceGetComputeMode", choice(COMPUTE_MODES)),
     "pci.domain": ("pci", "domain", _hex),

@@ -2,13 +2,19 @@
 
 Both readers (agent.importers.nvidia_smi_text for `nvidia-smi -q`,
 agent.importers.nvidia_smi_xml for `-q -x`) flatten a GPU into "Section/Sub/Key"
-paths and pick the paths listed in `PATHS` (drivers 450-595) into canonical keys
+paths and pick the paths listed in `PATHS` (drivers 450-610) into canonical keys
 ("pcie_width", "temp_gpu", ...): a `GpuDump`. agent.importers.nvidia_smi_nvml
 turns those into NVML answers.
+
+Drivers 595/610 renamed the top lines: "KMD Version" and "CUDA UMD Version" carry the versions,
+and the old "Driver Version"/"CUDA Version" lines stay with a "[Deprecated; ...]" suffix (or a
+"Deprecated, see ..." text instead of a value). `settle_versions` keeps the new names first and
+reads every version without its suffix.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 MAX_DEPTH = 8  # nvidia-smi nests 5 levels below a GPU; deeper is ignored (and cannot blow up paths)
@@ -55,8 +61,52 @@ CLOCK_SECTIONS = {  # format -> ((section, kind), ...), newest name first
 }
 
 
+# Top-level version lines, newest name first -> (text key, XML tag). The 595/610 names are modelled on
+# NVIDIA's nvidia-smi documentation and public captures of `nvidia-smi -q` (docs/decisions.md, issue 22 item 4).
+VERSION_SOURCES = {
+    "driver": (("KMD Version", "kmd_version"), ("Driver Version", "driver_version")),
+    "cuda": (("CUDA UMD Version", "cuda_umd_version"), ("CUDA Driver Version", "cuda_driver_version"),
+             ("CUDA Version", "cuda_version")),
+}
+_SUFFIX = re.compile(r"\s*\[[^\[\]]*\]\s*$")  # "13.3 [Deprecated; use CUDA UMD Version instead]"
+
+
+def version_text(text: str) -> str | None:
+    """A version as printed, without a "[...]" note; None for a "Deprecated, see ..." text in its place."""
+    bare = text.strip()
+    while (cut := _SUFFIX.sub("", bare)) != bare:  # bounded: each pass removes one bracketed note
+        bare = cut
+    if not bare or bare.lower().startswith("deprecated"):
+        return None
+    return bare
+
+
+def settle_versions(top: dict[str, Value], fmt: str) -> None:
+    """Set top["driver"] and top["cuda"] from the version lines `top` holds under their printed names, newest first.
+
+    An error text (N/A) is kept only when no line holds a version, as `pick` does for GPU values.
+    """
+    index = 0 if fmt == "text" else 1
+    for key, sources in VERSION_SOURCES.items():
+        fallback: Value | None = None
+        for source in sources:
+            value = top.get(source[index])
+            if value is None:
+                continue
+            bare = version_text(value.text)
+            if bare is None:
+                continue
+            if error_record(bare) is None:
+                top[key] = Value(bare, value.line)
+                break
+            fallback = fallback or Value(bare, value.line)
+        else:
+            if fallback is not None:
+                top[key] = fallback
+
+
 def _paths() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Canonical key -> (text paths, XML paths), first match wins, across drivers 450-595."""
+    """Canonical key -> (text paths, XML paths), first match wins, across drivers 450-610."""
     p: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         "name": (("Product Name",), ("product_name",)),
         "architecture": (("Product Architecture",), ("product_architecture",)),
@@ -138,8 +188,10 @@ def _paths() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     # Power: "Power Readings" with Power/Enforced Power Limit until ~525; "GPU Power Readings" with
     # Requested/Current Power Limit since (nvidia-smi --help-query-gpu: "power.limit" or
     # "gpu.power.requested_limit" is the software limit, "enforced.power.limit" or
-    # "gpu.power.current_limit" the enforced one); Average/Instantaneous Power Draw since ~550.
-    text_sections, xml_sections = ("GPU Power Readings", "Power Readings"), ("gpu_power_readings", "power_readings")
+    # "gpu.power.current_limit" the enforced one); Average/Instantaneous Power Draw since ~550. Drivers 610+
+    # group the limits under a "GPU Ceiling Power Limit" subsection (beside "GPU Base Power"), per NVIDIA's docs.
+    text_sections = ("GPU Power Readings", "Power Readings", "GPU Power Readings/GPU Ceiling Power Limit")
+    xml_sections = ("gpu_power_readings", "power_readings", "gpu_power_readings/gpu_ceiling_power_limit")
     for key, labels, tags in (
         ("power_draw", ("Power Draw", "Average Power Draw", "Instantaneous Power Draw"),
          ("power_draw", "average_power_draw", "instant_power_draw")),

@@ -7,7 +7,16 @@ import re
 from dataclasses import dataclass, field
 
 from agent.errors import SnapshotError
-from agent.importers.nvidia_smi_fields import MAX_DEPTH, Dump, GpuDump, Value, neutral, warn
+from agent.importers.nvidia_smi_fields import (
+    MAX_DEPTH,
+    VERSION_SOURCES,
+    Dump,
+    GpuDump,
+    Value,
+    neutral,
+    settle_versions,
+    warn,
+)
 
 BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+$")
 GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$")
@@ -15,8 +24,8 @@ GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.
 HANDLE_ERROR = re.compile(r"^Unable to determine the device handle for (?:GPU ?)?(.*?): ([^:]+)$")
 INFOROM_CORRUPTED = re.compile(r"WARNING: infoROM is corrupted at gpu ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)")
 KEY_VALUE = re.compile(r"^(.*?\S)\s+: ?(.*)$")  # key, padding, ':', value; values may hold ':'
-TEXT_TOP_KEYS = {"Timestamp": "timestamp", "Driver Version": "driver", "CUDA Version": "cuda",
-                 "Attached GPUs": "attached"}
+TEXT_TOP_KEYS = {"Timestamp": "timestamp", "Attached GPUs": "attached",
+                 **{text: text for sources in VERSION_SOURCES.values() for text, _ in sources}}
 
 
 @dataclass
@@ -154,6 +163,7 @@ def read_text(text: str, name: str) -> Dump:
             gpus.append(GpuDump(label=handle.group(1).strip(), line=node.line, handle_error=handle.group(2).strip()))
         elif node.key in TEXT_TOP_KEYS and node.value is not None:
             top.setdefault(TEXT_TOP_KEYS[node.key], Value(node.value, node.line))
+    settle_versions(top, "text")  # the version lines (by their printed names) -> "driver", "cuda"
     if "attached" not in top:
         last = region[-1][0] if region else 1
         raise SnapshotError("truncated or not an nvidia-smi -q dump: no 'Attached GPUs' line",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from agent.errors import SnapshotError
-from agent.importers.nvidia_smi_fields import MAX_DEPTH, Dump, GpuDump, Value, neutral
+from agent.importers.nvidia_smi_fields import MAX_DEPTH, VERSION_SOURCES, Dump, GpuDump, Value, neutral, settle_versions
 
-KNOWN_XML_VERSIONS = frozenset({10, 11, 12, 13})  # nvsmi_device_vNN.dtd seen from driver 450 to 595
+KNOWN_XML_VERSIONS = frozenset({10, 11, 12, 13})  # nvsmi_device_vNN.dtd, drivers 450-595 (newer: a warning)
 
 
 def read_xml(text: str, name: str) -> Dump:
@@ -37,11 +37,12 @@ def read_xml(text: str, name: str) -> Dump:
         warnings.append(f"unknown nvidia-smi XML version nvsmi_device_v{declared.group(1)}.dtd: "
                         "imported the elements this importer knows")
     top: dict[str, Value] = {}
-    for key, tag in (("timestamp", "timestamp"), ("driver", "driver_version"), ("cuda", "cuda_version"),
-                     ("attached", "attached_gpus")):
+    versions = [tag for sources in VERSION_SOURCES.values() for _, tag in sources]
+    for key, tag in (("timestamp", "timestamp"), ("attached", "attached_gpus"), *((tag, tag) for tag in versions)):
         found = root.find(tag)
         if found is not None and (found.text or "").strip():
             top[key] = Value((found.text or "").strip())
+    settle_versions(top, "xml")  # <kmd_version> before <driver_version>, each without "[Deprecated; ...]"
     gpus: list[GpuDump] = []
     for index, element in enumerate(root.findall("gpu")):
         flat: dict[str, Value] = {}

@@ -17,10 +17,12 @@ from collections.abc import Iterable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString as _client_float
 
 from agent import __version__
 from agent.model import Status
+from agent.report.collapse import display_subjects
 from agent.report.model import Report
 from agent.report.verdict import VERDICTS, judge
 from agent.sanitise import clean
@@ -64,6 +66,9 @@ def report_families(report: Report, timing: bool = True) -> list[Metric]:
                                 "DRAIN (agent/report/verdict.py), 0 for the others", labels=["verdict"])
 
     seen: set[tuple[str, str]] = set()
+    # The subject people read (a firmware group's "Power Supply.Slot.1-6", not its grouping key
+    # "psu.slot.#|power supply.slot.#"); status and waived use the same one, so they still join.
+    subjects = display_subjects(report.findings)
     totals_count: dict[tuple[str, str], int] = {}
     checks_count: dict[tuple[str, str], int] = {}
     for finding in report.findings:
@@ -71,14 +76,16 @@ def report_families(report: Report, timing: bool = True) -> list[Metric]:
         totals_key = (counted, finding.severity.value)
         totals_count[totals_key] = totals_count.get(totals_key, 0) + 1
         checks_count[(finding.check, counted)] = checks_count.get((finding.check, counted), 0) + 1
-        key = (finding.check, finding.subject)
+        subject = subjects[id(finding)]
+        key = (finding.check, subject)
         if finding.status in PASSING or key in seen:  # a series must be unique; the first finding wins
             continue
         seen.add(key)
-        status.add_metric([finding.check, finding.subject, finding.severity.value, finding.action or "",
-                           finding.remediation or ""], STATUS_CODES[finding.status])
+        add_sparse(status, {"check": finding.check, "subject": subject, "severity": finding.severity.value,
+                            "action": finding.action, "remediation": finding.remediation},
+                   STATUS_CODES[finding.status])
         if finding.waiver:
-            waived.add_metric([finding.check, finding.subject], 1)
+            waived.add_metric([finding.check, subject], 1)
     for (check, counted), count in sorted(checks_count.items()):
         checks.add_metric([check, counted], count)
     for (counted, severity), count in sorted(totals_count.items()):
@@ -101,6 +108,15 @@ def report_families(report: Report, timing: bool = True) -> list[Metric]:
     duration.add_metric([], report.duration_s)
     return [status, waived, checks, totals, source_up, source_pending, source_duration, profile, build,
             *([last] if timing else []), duration, verdict]
+
+
+def add_sparse(family: Metric, labels: dict[str, str | None], value: float) -> None:
+    """A sample without the labels that have no value (`action`, `remediation` a check does not give).
+
+    PromQL reads an absent label as "" (`remediation=""` still selects these), but the exposition
+    shows no `action=""` a person would take for a value (docs/metrics.md).
+    """
+    family.samples.append(Sample(family.name, {k: v for k, v in labels.items() if v}, value, None))
 
 
 class FixedCollector(Collector):

@@ -28,6 +28,7 @@ from typing import Any
 from agent.model import Finding, Severity, Status
 from agent.names import compress, natural_key
 from agent.report.collapse import rank
+from agent.report.fit import row, wrap
 from agent.sanitise import clean
 
 OK, DEGRADED, DRAIN = "OK", "DEGRADED", "DRAIN"
@@ -147,14 +148,12 @@ def render_verdict(findings: list[Finding], subjects: dict[int, str], *, width: 
         return [f"{word}: nothing to do"]
     head = (f"{word}: {len(real)} action{'' if len(real) == 1 else 's'} asked for, worst first" if real
             else f"{word}: nothing fails; what could not be judged")
-    lines = [head]
+    lines = wrap(head, width, "  ")
     column = max(len(clean(a.action)) for a in verdict.asks)  # actions can come from a profile's Xid table
+    indent = " " * (2 + column + 2)
     for ask in verdict.asks:
         worst = ask.worst
         head = f"  {clean(ask.action):<{column}}  {worst.severity.value:<8} {_items(ask, subjects)}: "
-        message = clean(worst.message)
-        room = max(width - len(head) - 1, 24)
-        if not verbose and len(message) > room:
-            message = message[: room - 3] + "..."  # the message is cut, never a name
-        lines.append(head + message)
+        # the names wrap, never cut; the message is cut to the line (wraps with -v)
+        lines += row(head, clean(worst.message), width, indent, verbose)
     return lines

@@ -31,7 +31,7 @@ from agent.sources.source import (
 )
 
 if TYPE_CHECKING:
-    from agent.snapshot import Snapshot
+    from agent.sources.snapshot_dir import Snapshot
 
 IPMI_FILE = "ipmi.json"
 RECORDING_MAX_BYTES = 32 << 20  # ipmi.json: a full SEL is a few MB

@@ -230,6 +230,9 @@ def _health_word(bits: int) -> str:
 
 
 _HEALTH_RANK = {"OK": 0, "Warning": 1, "Critical": 2}
+# A fan state the BMC's IPMI sensor gives (health bit "failed": ipmitool's `nr`, `lnr`, `unr`): a present fan
+# past its non-recoverable threshold. Redfish has no such state; bmc.fans judges it critical.
+NON_RECOVERABLE = "NonRecoverable"
 
 
 def _opt_number(record: dict[str, Any], key: str, where: str) -> float | None:
@@ -295,6 +298,8 @@ def _parse_sensors(value: Any) -> _Sensors:
                 state=state, health=health, context=_context(name, record.get("entity")), where=location))
         elif (kind == "Fan" and units) or units == "RPM":
             fan_units = "RPM" if "RPM" in units else "Percent" if units.startswith("%") else units
+            if state == "Enabled" and isinstance(bits, int) and bits & HEALTH_FAILED:
+                state = NON_RECOVERABLE  # ipmitool's `nr`: past the non-recoverable threshold, the BMC's own word
             fans.append(BmcFan(name=name, reading=reading, units=fan_units, lower_critical=thresholds.get("lc"),
                                state=state, health=health, where=location))
         elif kind == "Power Supply" and not units:  # discrete: presence and failure states

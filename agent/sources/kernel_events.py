@@ -35,6 +35,7 @@ class Rule(NamedTuple):
     patterns: tuple[str, ...]  # regular expressions searched in the record's message
     limit: int = 0  # events since boot that are still normal
     needle: tuple[str, ...] = ()  # literal text every matching message holds (the fast pre-filter)
+    per: str = ""  # a named group of the patterns: the limit applies per value of it (per port), not per node
 
 
 _W, _C, _I = Severity.WARNING, Severity.CRITICAL, Severity.INFO
@@ -53,7 +54,8 @@ RULES: tuple[Rule, ...] = (
          (r"Watchdog detected hard LOCKUP on cpu",), needle=("hard LOCKUP",)),
     Rule("kernel.rcu_stall", "RCU stall", _W, "contact_support",
          "A CPU or task held off RCU grace periods for tens of seconds; it precedes lockups and hangs",
-         (r"INFO: rcu_\w+ (?:self-)?detected stalls?",), needle=("detected stall",)),
+         (r"INFO: rcu_\w+ (?:self-)?detected (?:expedited )?stalls?",),
+         needle=("detected stall", "detected expedited stall")),
     # kernel/hung_task.c
     Rule("kernel.hung_task", "task blocked (hung task)", _W, "contact_support",
          "A task waited in the kernel for minutes (storage, NFS or a driver); jobs touching it hang too",
@@ -65,8 +67,10 @@ RULES: tuple[Rule, ...] = (
           rf"Machine Check: [0-9a-fA-F]+ Bank \d+: {_UC_NIBBLE}[0-9a-fA-F]{{15}}\b",
           r"Kernel panic - not syncing: Fatal [Mm]achine check",
           r"\[Hardware Error\]: +event severity: (?:fatal|recoverable)",
-          r"Memory failure: 0x[0-9a-f]+: recovery action for"),
-         needle=("Machine Check", "Machine check", "Hardware Error", "Memory failure")),
+          r"Kernel panic - not syncing: (?:GHES: )?Fatal hardware error",
+          r"Memory failure: 0x[0-9a-f]+: recovery action for",
+          r"mce: Uncorrected hardware memory error in user-access at"),
+         needle=("Machine Check", "Machine check", "Hardware Error", "hardware error", "Memory failure")),
     Rule("mce.corrected", "corrected machine checks", _W, "contact_support",
          "Corrected machine checks beyond a few since boot predict an uncorrected one: have the part checked",
          (rf"Machine Check: [0-9a-fA-F]+ Bank \d+: {_CORRECTED_NIBBLE}[0-9a-fA-F]{{15}}\b",
@@ -91,30 +95,51 @@ RULES: tuple[Rule, ...] = (
     Rule("pcie.aer.corrected", "corrected PCIe errors (AER)", _W, "check_mechanicals",
          "A storm of corrected PCIe errors means a marginal link (riser, cable, slot) that tends to get worse",
          (r"(?:PCIe|CXL) Bus Error: severity=Correct(?:ed|able)",), limit=10, needle=("Bus Error",)),
-    # drivers/nvme/host/pci.c (nvme_timeout, nvme_warn_reset), drivers/nvme/host/core.c
+    # drivers/nvme/host/pci.c (nvme_timeout, nvme_warn_reset, nvme_reset_work, nvme_error_detected),
+    # drivers/nvme/host/core.c (nvme_wait_ready), drivers/nvme/host/multipath.c (nvme_ns_head_submit_bio)
     Rule("nvme.timeout", "NVMe command timeouts or controller resets", _W, "contact_support",
          "An NVMe drive stopped answering (timeouts, controller reset): failing drive, firmware or link",
          (r"nvme\d+: I/O (?:tag )?\d+ .*QID \d+ timeout",
-          r"nvme\d+: controller is down; will reset",
-          r"nvme\d+: Removing after probe failure",
-          r"nvme\d+: Disabling device after reset failure"), needle=("nvme",)),
-    # block/blk-core.c (blk_print_req_error / print_req_error), fs/buffer.c
+          r"nvme\d+: (?:controller is down; will reset|frozen state error detected, reset controller)",
+          r"nvme\d+: (?:Removing after probe failure|Disabling device after reset failure|Abort status: 0x)",
+          r"nvme\d+: Device not ready; aborting (?:reset|initiali[sz]ation)",
+          r"^block nvme\d+n\d+: no available path - failing I/O"), needle=("nvme",)),
+    # block/blk-core.c (blk_errors[] names, printed by blk_print_req_error as "%s error, dev %s, sector %llu",
+    # before 5.x by print_req_error / blk_update_request as "%s: %s error, ...", before 4.x by end_request);
+    # fs/buffer.c. One grammar for every spelling: "I/O", "critical medium", "critical target", "timeout", ...
     Rule("block.io_error", "block device I/O errors", _W, "contact_support",
          "Reads or writes failed on a disk: a failing drive or path; data on it is at risk",
-         (r"I/O error, dev (?!sr\d|fd\d|loop\d)\S+, sector",
-          r"Buffer I/O error on dev (?!sr\d|fd\d|loop\d)"), needle=("I/O error",)),
-    # fs/ext4/super.c (__ext4_error*: "EXT4-fs error (device %s): ..."), fs/xfs/xfs_error.c, xfs_fsops.c
-    Rule("fs.corruption", "filesystem error or corruption (ext4, XFS)", _C, "drain",
-         "A filesystem found corruption or shut down: drain the node, unmount and repair (fsck, xfs_repair)",
-         (r"EXT4-fs error \(device",
-          r"EXT4-fs \(\S+\): Remounting filesystem read-only",
+         (r"(?:^|: )(?!operation not supported)[A-Za-z/ ]{1,40} error, dev (?!sr\d|fd\d|loop\d)[^\s,]+, sector",
+          r"Buffer I/O error on dev(?:ice)? (?!sr\d|fd\d|loop\d)"), needle=(" error, dev ", "Buffer I/O error")),
+    # fs/ext4/super.c (__ext4_error*, ext4_handle_error: "Remounting filesystem read-only", ext4_commit_super),
+    # fs/jbd2/journal.c (jbd2_journal_abort), fs/xfs/xfs_error.c, xfs_fsops.c (xfs_do_force_shutdown),
+    # fs/btrfs/messages.c ("forced readonly")
+    Rule("fs.corruption", "filesystem error, corruption or read-only remount (ext4, XFS, btrfs)", _C, "drain",
+         "A filesystem found corruption, lost its journal or went read-only: drain the node, unmount and repair "
+         "(fsck, xfs_repair)",
+         (r"EXT[234]-fs error \(device",
+          r"(?:EXT[234]-fs|XFS|BTRFS)(?: \w+)? \(\S+\):? .*(?:Remounting filesystem read-only|forced readonly)",
+          r"EXT[234]-fs \(\S+\): I/O error while writing superblock",
+          r"^Aborting journal on device \S+",
           r"XFS \(\S+\): (?:Metadata )?[Cc]orruption (?:of in-memory data )?detected",
-          r"XFS \(\S+\): .*[Ff]ilesystem has been shut down"), needle=("EXT4-fs", "XFS")),
-    # arch/x86/mm/fault.c, arch/x86/kernel/dumpstack.c (__die: "Oops: ..."), lib/bug.c ("kernel BUG at")
+          r"XFS \(\S+\): .*[Ff]ilesystem has been shut down"),
+         needle=("EXT2-fs", "EXT3-fs", "EXT4-fs", "XFS", "BTRFS", "Aborting journal")),
+    # arch/x86/mm/fault.c (page_fault_oops: "BUG: unable to handle ..."), arch/x86/kernel/traps.c (do_trap /
+    # die: "<trap name>: 0000 [#1]", "Oops: " before it since 6.9), arch/x86/kernel/dumpstack.c (__die),
+    # arch/arm64/kernel/traps.c ("Internal error: Oops"), lib/bug.c ("kernel BUG at"). The die counter "[#N]"
+    # tells a kernel trap from a user-space one ("traps: python[123] general protection fault ip:...").
     Rule("kernel.oops", "kernel oops or BUG", _C, "drain",
          "The kernel hit a bug or a bad memory access; it is tainted and may misbehave: drain, then reboot",
-         (r"^BUG: ", r"^Oops: ", r"^Internal error: Oops", r"^kernel BUG at \S+:\d+!", r"^general protection fault"),
-         needle=("BUG", "Oops", "general protection fault")),
+         (r"^BUG: ", r"^Oops: ", r"^Internal error: Oops", r"^kernel BUG at \S+:\d+!", r"^general protection fault",
+          r"^(?:divide error|invalid opcode|stack segment|double fault|alignment check|invalid TSS"
+          r"|segment not present|bounds|overflow|int3)\b[^\[]{0,120}\[#\d+\]"),
+         needle=("BUG", "Oops", "general protection fault", "[#")),
+    # kernel/panic.c (panic: "Kernel panic - not syncing: %s"); the machine-check and GHES panics are caught
+    # above as what they are. Seen in this boot's log only when the panic did not reboot (panic=0) or in a
+    # log that spans boots: the node stopped.
+    Rule("kernel.panic", "kernel panic", _C, "drain",
+         "The kernel panicked: the node stopped; drain it and find the cause in the lines before the panic",
+         (r"^Kernel panic - not syncing: ",), needle=("Kernel panic",)),
     # fs/file_table.c (alloc_empty_file: "VFS: file-max limit %lu reached")
     Rule("vfs.file_max", "file-handle table exhausted (fs.file-max)", _W, "restart_app",
          "The host ran out of file handles: opens fail everywhere; find the leaking process or raise fs.file-max",
@@ -132,6 +157,18 @@ RULES: tuple[Rule, ...] = (
     Rule("nvidia.peermem", "nvidia-peermem (GPUDirect RDMA) errors", _W, "contact_support",
          "GPUDirect RDMA memory registration failed or was torn down under a live mapping; repeats break RDMA jobs",
          (r"nvidia-peermem \S+:\d+ ERROR ", r"^nv_mem(?:ERR)? \S+:\d+ "), needle=("nvidia-peermem", "nv_mem")),
+    # drivers/net/ethernet/mellanox/mlx5/core/en_main.c (mlx5e_update_carrier: "Link down"), mlx4/en_netdev.c
+    # ("Link Down"), intel e1000e/igb/ixgbe/i40e/ice and broadcom bnxt_en ("NIC Link is Down"), tg3 ("Link is
+    # down."). Counted per port (group `port`): one drop per port since boot is a port coming up or a planned
+    # switch reboot; a second drop of the same port is a flap (cable, optic, switch port). SATA's "link down"
+    # (libata, an empty bay) is not a network port and is not matched.
+    Rule("net.link_flap", "network port link dropped (Ethernet / InfiniBand netdev)", _W, "check_mechanicals",
+         "A port lost its link more than once since boot: a marginal cable, optic or switch port; RDMA and NCCL "
+         "jobs on it stall or fail",
+         (r"^[\w-]{1,20} [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d (?P<port>[^\s:]{1,31}): "
+          r"(?:Link down|(?:NIC )?Link is [Dd]own)\b",
+          r"^mlx4_en: (?P<port>[^\s:]{1,31}): Link Down\b"),
+         limit=1, needle=("Link down", "Link Down", "Link is Down", "Link is down"), per="port"),
 )
 
 BY_ID = {rule.id: rule for rule in RULES}
@@ -149,25 +186,34 @@ def _compiled() -> tuple[tuple[Rule, tuple[re.Pattern[str], ...]], ...]:
 class KernelEvent(NamedTuple):
     rule: str  # Rule.id
     record: KmsgRecord
+    key: str = ""  # the value of the rule's `per` group (the port), "" for node-wide rules
 
 
-def match_record(record: KmsgRecord) -> Rule | None:
-    """The first rule whose text the record's message holds, or None."""
+def match_event(record: KmsgRecord) -> tuple[Rule, str] | None:
+    """The first rule whose text the record's message holds, with its `per` key; or None."""
     message = record.message
     if not _NEEDLES.search(message):
         return None
     message = _CALLER_RE().sub("", message, count=1)
     for rule, patterns in _compiled():
-        if any(p.search(message) for p in patterns):
-            return rule
+        for pattern in patterns:
+            found = pattern.search(message)
+            if found is not None:
+                return rule, (found.group(rule.per) or "") if rule.per else ""
     return None
+
+
+def match_record(record: KmsgRecord) -> Rule | None:
+    """The first rule whose text the record's message holds, or None."""
+    matched = match_event(record)
+    return None if matched is None else matched[0]
 
 
 def _events(records: Iterable[KmsgRecord]) -> Iterator[KernelEvent]:
     for record in records:
-        rule = match_record(record)
-        if rule is not None:
-            yield KernelEvent(rule.id, record)
+        matched = match_event(record)
+        if matched is not None:
+            yield KernelEvent(matched[0].id, record, matched[1])
 
 
 def parse_kernel_events(records: Iterable[KmsgRecord]) -> tuple[KernelEvent, ...]:

@@ -1,17 +1,25 @@
 """Kernel log: /dev/kmsg live, kmsg.txt in a snapshot, or a dmesg dump.
 
-The parser accepts the /dev/kmsg record format ("PRI,SEQ,TS_USEC,FLAGS;msg"),
-`dmesg` output ("[  12.345678] msg"), `dmesg -T` ("[Thu Jul 18 16:03:50 2024] msg"),
-`dmesg --time-format=iso`, each optionally `--decode`d, and `journalctl -k` in
-the `short-iso`, `short-precise` and `short` outputs (the "HOST kernel: " prefix
-is dropped), because support engineers receive all of them.
+Lines are read by grammar (`GRAMMARS`, tried in order; `line_grammar` names the one a line
+matches), never by file name: the /dev/kmsg record ("PRI,SEQ,TS_USEC,FLAGS;msg"), pstore's
+ramoops/ERST record ("<6>[  12.345678] msg", under a "Panic#1 Part1" header), `dmesg`
+("[  12.345678] msg"), `dmesg -H`/`--reltime` ("[Feb13 04:56] msg", then "[  +2.141017] msg"),
+`dmesg -T` ("[Thu Jul 18 16:03:50 2024] msg"), `dmesg --time-format=iso`, each optionally
+`--decode`d, `journalctl -k` in the `short-iso`, `short-precise`, `short` and `short-monotonic`
+outputs (the "HOST kernel: " prefix is dropped), syslog files where kernel and user-space lines
+mix (a user-space line, "HOST sshd[12]: ...", is recognised and is no kernel record), and bare
+message text (`dmesg -t`, node-problem-detector's replay): support engineers receive all of them.
 
-Time: /dev/kmsg and plain dmesg carry seconds since boot (`ts_usec`): a log of
+Time: /dev/kmsg, pstore and plain dmesg carry seconds since boot (`ts_usec`): a log of
 one boot. When that clock goes back (a log that concatenates boots), the
 records before the last restart belong to earlier boots (`boot_start`). The
 other formats carry a wall-clock stamp (`wall`, kept as printed) that
 `wall_time` reads, and `predates_boot` compares with the boot time, which is the
-observation time (now, or a snapshot's captured_at) minus /proc/uptime.
+observation time (now, or a snapshot's captured_at) minus /proc/uptime. `dmesg -H` prints a
+minute-precision stamp and then offsets: `parse_kmsg_text` adds them up into stamps. A record
+with neither (`timeless`) cannot be placed against the boot: the checks judge it as history.
+pstore's records under their "Panic#1 Part1" header are an earlier boot's (their since-boot clock
+says nothing about this one): their `wall` is EARLIER_BOOT, which `predates_boot` always is.
 """
 
 from __future__ import annotations
@@ -52,23 +60,102 @@ _CTIME_RE = lazy_compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \
                          r"\s?(.*)$")
 # journalctl -o short-precise / short, syslog: "Jan 02 15:20:12.123456 HOST kernel: msg" (local time, no year)
 _SYSLOG_RE = lazy_compile(r"^([A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+ kernel: .*)$")
+_SYSLOG_STAMP_RE = lazy_compile(r"^[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)? (.*)$")
 _MONTH_DAY_RE = lazy_compile(r"^(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
                              r"(?: (\d{4}))?$")
 _JOURNAL_HOST_RE = lazy_compile(r"^\S+ kernel: (.*)$")
+# A syslog line of a user-space program: "HOST TAG[PID]: msg" (rsyslog, journalctl without -k)
+_USER_RE = lazy_compile(r"^\S+ (?!kernel:)[A-Za-z_][\w.@/()-]{0,63}(?:\[\d{1,10}\])?: ")
+# pstore (ramoops, ERST): "<6>[   12.345678] msg" records under "Panic#1 Part1" headers
+_PRIO_RE = lazy_compile(r"^<(\d{1,3})>(\[.*)$")
+_PSTORE_HEADER_RE = lazy_compile(r"^(?:Panic|Oops|Emergency|Shutdown|Halt|Poweroff|Restart|Unknown)#\d{1,10} "
+                                 r"Part\d{1,10}$")
+# dmesg -H / --reltime: "[Feb13 04:56] msg" (local time, minutes, no year), then "[  +2.141017] msg"
+_RELTIME_RE = lazy_compile(r"^\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d{2}):(\d{2})(?::(\d{2}))?\]\s?(.*)$")
+_RELDELTA_RE = lazy_compile(r"^\[\s*\+\s*(\d{1,12})\.(\d{1,9})\]\s?(.*)$")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                        "Dec"), start=1)}
 # `dmesg --decode`: "kern  :warn  : <rest>"
 _DECODED_RE = lazy_compile(r"^([a-z]+)\s*:([a-z]+)\s*: (.*)$")
 _LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
+EARLIER_BOOT = "(an earlier boot, saved by pstore)"  # the `wall` of a pstore record: predates this boot
 BOOT_RESET_USEC = 1_000_000  # the since-boot clock going back by more than this: a later boot's records
 CLOCK_SLACK = dt.timedelta(minutes=10)  # clock steps after boot (NTP) and the capture's own duration
 TZ_SLACK = dt.timedelta(hours=14)  # stamps without a zone are node-local: no zone is more than 14 h from UTC
 
 
-def parse_kmsg_line(line: str) -> KmsgRecord | None:
-    """One line of any supported format; None for continuation or blank lines."""
+# The line grammars, in the order they are tried (the first that matches names the line).
+GRAMMARS = ("kmsg", "pstore-header", "pstore", "decoded", "dmesg", "reltime", "ctime", "iso", "syslog",
+            "syslog-user")
+# Grammars whose lines are no kernel record: recognised, then left out.
+NOT_RECORDS = frozenset({"pstore-header", "syslog-user"})
+
+
+def line_grammar(line: str, journal: bool = False) -> str | None:
+    """The grammar a line matches; "bare" for message text without a stamp; None for blank/continuation lines.
+
+    `journal`: the file is a journal or syslog file (`is_journal`), so an ISO-stamped "HOST prog[pid]: ..."
+    line is a user-space line, not `dmesg --time-format=iso` text.
+    """
     if not line.strip() or line.startswith(" "):
-        return None  # /dev/kmsg dictionary continuation lines start with a space
+        return None
+    if _KMSG_RE().match(line):
+        return "kmsg"
+    if _PSTORE_HEADER_RE().match(line):
+        return "pstore-header"
+    if _PRIO_RE().match(line):
+        return "pstore"
+    if (decoded := _DECODED_RE().match(line)) and decoded.group(2) in _LEVELS:
+        return "decoded"
+    if _DMESG_RE().match(line):
+        return "dmesg"
+    if _RELTIME_RE().match(line) or _RELDELTA_RE().match(line):
+        return "reltime"
+    if _CTIME_RE().match(line):
+        return "ctime"
+    if iso := _ISO_RE().match(line):
+        rest = iso.group(2)
+        # In a journal, "HOST prog[pid]: ..." is a program's line; dmesg's own ISO lines (a kmsg.txt fed by
+        # both) hold no such host and tag ("pci 0000:19:00.0: ...", "NVRM: Xid ...") and stay records.
+        user = journal and not _JOURNAL_HOST_RE().match(rest) and _USER_RE().match(rest)
+        return "syslog-user" if user else "iso"
+    if _SYSLOG_RE().match(line):
+        return "syslog"
+    if (stamp := _SYSLOG_STAMP_RE().match(line)) and _USER_RE().match(stamp.group(1)):
+        return "syslog-user"
+    return "bare"
+
+
+def is_journal(lines: Iterable[str]) -> bool:
+    """Whether ISO-stamped lines carry "HOST kernel: " (journalctl short-iso, rsyslog): a journal, not dmesg."""
+    return any((iso := _ISO_RE().match(line)) is not None and _JOURNAL_HOST_RE().match(iso.group(2)) is not None
+               for line in lines)
+
+
+def timeless(record: KmsgRecord) -> bool:
+    """A record that carries no time at all (dmesg -t, bare text): whether it is of this boot cannot be told."""
+    return record.ts_usec is None and record.wall is None
+
+
+def parse_kmsg_line(line: str, journal: bool = False) -> KmsgRecord | None:
+    """One line of any supported format; None for continuation, blank and user-space lines and pstore headers.
+
+    A `dmesg -H` offset line ("[  +2.141017] msg") has no time of its own here; `parse_kmsg_text` dates it.
+    """
+    grammar = line_grammar(line, journal)
+    if grammar is None or grammar in NOT_RECORDS:
+        return None
+    if grammar == "pstore":
+        prio = _PRIO_RE().match(line)
+        inner = parse_kmsg_line(prio.group(2)) if prio else None
+        if prio and inner is not None:
+            return inner._replace(priority=int(prio.group(1)) & 7)
+    if grammar == "reltime":
+        if header := _RELTIME_RE().match(line):
+            month, day, hour, minute, second, message = header.groups()
+            return KmsgRecord(message=message, wall=f"{month} {int(day):2d} {hour}:{minute}:{second or '00'}")
+        if delta := _RELDELTA_RE().match(line):
+            return KmsgRecord(message=delta.group(3))
     match = _KMSG_RE().match(line)
     if match:
         prefix = int(match.group(1))
@@ -86,7 +173,9 @@ def parse_kmsg_line(line: str) -> KmsgRecord | None:
             return KmsgRecord(message=inner.message, priority=level, ts_usec=inner.ts_usec, wall=inner.wall)
     match = _DMESG_RE().match(line)
     if match:
-        return KmsgRecord(message=match.group(3), ts_usec=_usec(match))
+        rest = match.group(3)
+        host = _JOURNAL_HOST_RE().match(rest)  # journalctl -o short-monotonic: "[  12.3] HOST kernel: msg"
+        return KmsgRecord(message=host.group(1) if host else rest, ts_usec=_usec(match))
     match = _CTIME_RE().match(line)
     if match:
         return KmsgRecord(message=match.group(2), wall=match.group(1))
@@ -171,6 +260,8 @@ def predates_boot(stamp: str | None, boot: dt.datetime | None, reference: dt.dat
     A stamp without a zone is node-local time: it predates the boot only when it is older in every
     time zone. Records without a stamp, or an unknown boot time, never predate it.
     """
+    if stamp == EARLIER_BOOT:
+        return True
     when = wall_time(stamp, reference)
     if when is None or boot is None:
         return False
@@ -198,14 +289,47 @@ def boot_start(records: Sequence[KmsgRecord]) -> int:
 
 
 def parse_kmsg_text(lines: Iterable[str]) -> tuple[KmsgRecord, ...]:
+    """The records of a log's lines; `dmesg -H` offsets are added to the last stamp into stamps of their own."""
+    text = lines if isinstance(lines, (list, tuple)) else list(lines)
+    journal = is_journal(text)
     records: list[KmsgRecord] = []
-    for line in lines:
-        record = parse_kmsg_line(line.rstrip("\n"))
-        if record is not None:
-            records.append(record)
-            if len(records) >= MAX_RECORDS:
-                break
+    clock: dt.datetime | None = None  # dmesg -H: the time of the previous record (the year is a placeholder)
+    pstore = False  # under a "Panic#1 Part1" header: an earlier boot's records
+    for raw in text:
+        line = raw.rstrip("\n")
+        record = parse_kmsg_line(line, journal)
+        if record is None:
+            pstore = pstore or _PSTORE_HEADER_RE().match(line) is not None
+            continue
+        if pstore and _PRIO_RE().match(line):
+            # Saved by the crashed boot: its since-boot clock is not this boot's. `dmesg -r` prints the same
+            # "<6>[  12.3]" lines without a header, and those keep their time.
+            record = record._replace(ts_usec=None, seq=None, wall=EARLIER_BOOT)
+        if (delta := _RELDELTA_RE().match(line)) and record.wall is None and clock is not None:
+            try:
+                clock += dt.timedelta(microseconds=_usec(delta))
+            except OverflowError:  # an offset of 10^12 s runs past year 9999: the rest stays timeless
+                clock = None
+            else:
+                record = record._replace(wall=f"{clock:%b} {clock.day:2d} {clock:%H:%M:%S.%f}")
+        elif _RELTIME_RE().match(line):
+            clock = _reltime_clock(record.wall)
+        records.append(record)
+        if len(records) >= MAX_RECORDS:
+            break
     return tuple(records)
+
+
+def _reltime_clock(stamp: str | None) -> dt.datetime | None:
+    """A `dmesg -H` stamp ("Feb 13 04:56:00") as a datetime to add offsets to (in a leap year: 29 Feb exists)."""
+    parts = _MONTH_DAY_RE().match(stamp or "")
+    if not parts or parts.group(1) not in _MONTHS:
+        return None
+    try:
+        return dt.datetime(2000, _MONTHS[parts.group(1)], int(parts.group(2)), int(parts.group(3)),
+                           int(parts.group(4)), int(parts.group(5)))
+    except ValueError:
+        return None
 
 
 def open_recorded_log(path: str | Path) -> int:
@@ -307,7 +431,7 @@ class KmsgFollower:
             return tuple(self.records)
 
     def _deliver(self, lines: list[str]) -> None:
-        batch = [r for r in (parse_kmsg_line(line) for line in lines) if r is not None]
+        batch = list(parse_kmsg_text(lines))  # the same grammars as a whole file (journal, dmesg -H, pstore)
         with self._lock:
             self.records.extend(batch)
             self.error = None

@@ -22,7 +22,7 @@ from agent.sources.source import (
 )
 
 if TYPE_CHECKING:
-    from agent.snapshot import Snapshot
+    from agent.sources.snapshot_dir import Snapshot
 
 # Recorded by every capture besides the profiles' own keys: what support engineers ask for first.
 CAPTURE_SYSCTLS = (

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from agent.model import Unknown, Unsupported
+
 DEFAULT_TIMEOUT_S = 10.0
 RECORD_FORMAT = "nodewarden.nvml/v1"
 NVLINK_SCOPES = 18  # NVLink4/5 GPUs have 18 links; A100 has 12 (the rest answer "invalid")
@@ -224,3 +226,35 @@ class c_nvmlGpuFabricInfoV_t(ctypes.Structure):  # pynvml's c_nvmlGpuFabricInfo_
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.version = nvmlGpuFabricInfo_v2
+
+
+# --- answers as values (shared by the reader and the event thread) ----------------------------------
+
+
+def error_text(nvml: Any, code: int) -> str:
+    try:
+        return str(nvml.NVMLError(code))
+    except Exception:  # noqa: BLE001 - any failure here just means an unknown code
+        return f"NVML error {code}"
+
+
+def field_value(nvml: Any, value: Any, name: str) -> Any:
+    """One nvmlFieldValue_t as a fact: its number, or why there is none."""
+    if getattr(value, "not_recorded", False):
+        return Unsupported(f"{name} is not in this recording")
+    ret = int(value.nvmlReturn)
+    if ret == nvml.NVML_ERROR_NOT_SUPPORTED:
+        return Unsupported(f"not supported by this GPU or driver ({name})")
+    if ret != nvml.NVML_SUCCESS:
+        return Unknown(f"{name}: {error_text(nvml, ret)}")
+    kind = int(value.valueType)
+    attr = {
+        nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+        nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    }.get(kind, "ullVal")
+    result = getattr(value.value, attr)
+    return float(result) if attr == "dVal" else int(result)

@@ -44,6 +44,8 @@ from agent.sources.nvml_const import (
     MODULE_POWER_FIELDS,
     NVLINK_SCOPES,
     NVLINK_STATE_FIELD,
+    error_text,
+    field_value,
 )
 
 # The facts read once per GPU while the driver stays loaded (see the module docstring).
@@ -104,6 +106,7 @@ class StaticCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._gpus: dict[int, GpuStatics] = {}
+        self._addresses: dict[int, str] = {}  # kept when a GPU is lost: its Xid is still judged as its own
         self._driver: Any = None
         self._count: int | None = None
         self.epoch = 0
@@ -134,6 +137,7 @@ class StaticCache:
             if (self._driver, self._count) != (driver_version, count):
                 if self._driver is not None or self._count is not None:
                     self._clear()
+                    self._addresses.clear()
                 self._driver, self._count = driver_version, count
             return self.epoch
 
@@ -145,6 +149,12 @@ class StaticCache:
         with self._lock:
             if epoch == self.epoch:
                 self._gpus[index] = statics
+            if statics.bus_id is not None:
+                self._addresses[index] = statics.bus_id
+
+    def address(self, index: int) -> str | None:
+        with self._lock:
+            return self._addresses.get(index)
 
     def drop(self, index: int) -> None:
         with self._lock:
@@ -194,6 +204,7 @@ class NvmlReader:
         self.progress = progress
         self.cache = cache
         self._gpu_calls = 0
+        self._bus: str | None = None  # the GPU being read's address, once known
 
     # -- one call -------------------------------------------------------------------------------
 
@@ -248,13 +259,16 @@ class NvmlReader:
             raise RuntimeError(f"NVML reports {str(count)[:40]!r} GPUs, not 0 to {MAX_GPUS}: not believed")
         epoch = self.cache.begin(driver, int(count)) if self.cache is not None else 0
         for index in range(int(count)):
-            self._gpu_calls = 0
+            self._gpu_calls, self._bus = 0, None
             try:
                 gpu = self.read_gpu(index, epoch)
             except GpuLost as exc:
                 if self.cache is not None:
+                    self._bus = self._bus or self.cache.address(index)
                     self.cache.drop(index)
-                gpu = GpuFacts(index=index, lost=str(exc), calls=self._gpu_calls)
+                # Its address, where read before it went: its Xid (79) and the others' keep their gpuN subjects.
+                known: dict[str, Any] = {"pci_bus_id": self._bus} if self._bus else {}
+                gpu = GpuFacts(index=index, lost=str(exc), calls=self._gpu_calls, **known)
             self.progress.gpus.append(gpu)
         return NvmlFacts(
             driver_version=_map(driver, text),
@@ -277,6 +291,7 @@ class NvmlReader:
             if isinstance(handle, Unknown):
                 return GpuFacts(index=index, lost=None, name=handle, calls=self._gpu_calls)
         statics = cached.values if cached is not None else self.read_statics(handle)
+        self._bus = statics["pci_bus_id"] if isinstance(statics["pci_bus_id"], str) else None
         dynamic = self.read_dynamic(handle)
         if self.cache is not None and cached is None and _cacheable(statics):
             self.cache.put(index, GpuStatics(handle, statics), epoch)
@@ -312,7 +327,7 @@ class NvmlReader:
             "slowdown_c": _map(thresholds["slowdown"], int),
             "gpu_max_c": _map(thresholds["gpu_max"], int),
             "memory_max_c": _map(thresholds["mem_max"], int),
-            "default_limit_w": _map(self.call("nvmlDeviceGetPowerManagementDefaultLimit", handle), _watts),
+            "default_limit_w": _map(self.call("nvmlDeviceGetPowerManagementDefaultLimit", handle), _limit_watts),
             "min_limit_w": _map(limits, lambda lim: _watts(lim[0])),
             "max_limit_w": _map(limits, lambda lim: _watts(lim[1])),
             "default_app_clocks_mhz": self.clock_pair("nvmlDeviceGetDefaultApplicationsClock", handle),
@@ -475,41 +490,19 @@ def _watts(milliwatts: Any) -> float:
     return round(int(milliwatts) / 1000.0, 3)
 
 
+def _limit_watts(milliwatts: Any) -> float:
+    """A default power limit of 0 W is no limit to judge against (it would pass `>= @default_limit_w`)."""
+    if int(milliwatts) <= 0:
+        raise ValueError("a power limit of 0 W or less is not believed")
+    return _watts(milliwatts)
+
+
 def _inforom_state(result: Any) -> Any:
     if isinstance(result, Unsupported):
         return result
     if isinstance(result, Unknown):
         return result.reason  # e.g. "nvmlDeviceValidateInforom: Corrupted infoROM"
     return "valid"
-
-
-def error_text(nvml: Any, code: int) -> str:
-    try:
-        return str(nvml.NVMLError(code))
-    except Exception:  # noqa: BLE001 - any failure here just means an unknown code
-        return f"NVML error {code}"
-
-
-def field_value(nvml: Any, value: Any, name: str) -> Any:
-    """One nvmlFieldValue_t as a fact: its number, or why there is none."""
-    if getattr(value, "not_recorded", False):
-        return Unsupported(f"{name} is not in this recording")
-    ret = int(value.nvmlReturn)
-    if ret == nvml.NVML_ERROR_NOT_SUPPORTED:
-        return Unsupported(f"not supported by this GPU or driver ({name})")
-    if ret != nvml.NVML_SUCCESS:
-        return Unknown(f"{name}: {error_text(nvml, ret)}")
-    kind = int(value.valueType)
-    attr = {
-        nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-        nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    }.get(kind, "ullVal")
-    result = getattr(value.value, attr)
-    return float(result) if attr == "dVal" else int(result)
 
 
 def _nvlink_errors(fields: dict[str, Any]) -> Any:

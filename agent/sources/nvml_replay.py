@@ -27,8 +27,9 @@ from agent.sources.nvml_const import (
     MODULE_POWER_FIELDS,
     NVLINK_STATE_FIELD,
     RECORD_FORMAT,
+    field_value,
 )
-from agent.sources.nvml_facts import MAX_GPUS, MAX_PROCESSES, field_value
+from agent.sources.nvml_facts import MAX_GPUS, MAX_PROCESSES
 
 # GPU-scope field key <-> the call it stands for ("NVML_FI_DEV_POWER_AVERAGE:0" <-> nvmlDeviceGetPowerUsage).
 FIELD_CALLS = {f"{name}:{nvml_const.NVML_POWER_SCOPE_GPU}": call for name, call in GPU_POWER_FIELDS.items()}

@@ -127,16 +127,25 @@ def _registry_key(message_id: str) -> tuple[str, str]:
     return parts[0], parts[-1]
 
 
-def _resolve_by_later_entries(raws: list[_Raw]) -> set[int]:
-    """Orders of entries that a later clearing entry (or deassertion) resolved."""
-    resolved: set[int] = set()
+def _clearing_key(raw: _Raw) -> str:
+    """What a clearing entry is about: its arguments (the sensor or resource), or the IPMI sensor."""
+    if raw.args:
+        return ", ".join(sorted(raw.args))[:120]
+    if raw.sensor is not None:
+        return f"{raw.sensor[0] or 'sensor'} {raw.sensor[1]}"
+    return ""
+
+
+def _resolve_by_later_entries(raws: list[_Raw]) -> dict[int, _Raw]:
+    """Entries that a later clearing entry (or deassertion) resolved: order -> the clearing entry."""
+    resolved: dict[int, _Raw] = {}
     open_by_stem: dict[tuple[str, str], list[_Raw]] = defaultdict(list)
     open_by_sensor: dict[tuple[str | None, int], list[_Raw]] = defaultdict(list)
     for raw in sorted(raws, key=lambda r: (r.created or "", r.order)):
         if raw.deassert:
-            resolved.add(raw.order)
+            resolved[raw.order] = raw
             if raw.sensor is not None:
-                resolved.update(r.order for r in open_by_sensor.pop(raw.sensor, []))
+                resolved.update((r.order, raw) for r in open_by_sensor.pop(raw.sensor, []))
             continue
         if raw.sensor is not None:
             open_by_sensor[raw.sensor].append(raw)
@@ -149,7 +158,7 @@ def _resolve_by_later_entries(raws: list[_Raw]) -> set[int]:
             still_open = []
             for earlier in open_by_stem.get(stem, []):
                 if raw.args <= earlier.args:
-                    resolved.add(earlier.order)
+                    resolved[earlier.order] = raw
                 else:
                     still_open.append(earlier)
             open_by_stem[stem] = still_open
@@ -158,6 +167,11 @@ def _resolve_by_later_entries(raws: list[_Raw]) -> set[int]:
         if detected:
             open_by_stem[(registry, detected.group("stem"))].append(raw)
     return resolved
+
+
+def _clearer_is_other(raw: _Raw, cleared: Mapping[int, _Raw]) -> bool:
+    """A deassertion resolves itself too: only an entry cleared by another one has a clearing time."""
+    return cleared[raw.order] is not raw
 
 
 def log_entries(res: Mapping[str, dict[str, Any]], problems: Problems) -> tuple[BmcLogEntry, ...]:
@@ -190,7 +204,10 @@ def log_entries(res: Mapping[str, dict[str, Any]], problems: Problems) -> tuple[
             entry = raw.entry
             severity = entry.text("Severity") or entry.text("MessageSeverity")
             resolved = raw.explicit if raw.explicit is not None else (True if raw.order in cleared else None)
+            clearer = cleared.get(raw.order) if raw.order in cleared and _clearer_is_other(raw, cleared) else None
             entries[(service_path, key)] = BmcLogEntry(
                 log=service_id, entry_id=entry.text("Id") or entry.path.rsplit("/", 1)[-1], severity=severity,
-                message=_message(entry), created=raw.created, message_id=raw.message_id, resolved=resolved)
+                message=_message(entry), created=raw.created, message_id=raw.message_id, resolved=resolved,
+                cleared_at=clearer.created if clearer is not None else None,
+                about=_clearing_key(clearer) if clearer is not None else None)
     return tuple(sorted(entries.values(), key=lambda e: (e.log, e.created or "", e.entry_id)))

@@ -31,6 +31,7 @@ from agent.sources.bios_registry import EnumRegistry, parse_attribute_registry
 from agent.sources.redfish_fields import ROOT, Problems, Res
 from agent.sources.redfish_logs import is_hardware_log, log_entries
 from agent.sources.redfish_registry import name_rank, registry_id
+from agent.sources.redfish_storage import parse_storage
 
 NOT_CAUSES = ("SoftwareInventory.", "LogService.", "LogEntry.", "Collection", "Session.", "EventDestination.",
               "Certificate", "ManagerAccount.", "Role.", "Task.", "Job.", "MessageRegistry",
@@ -515,6 +516,9 @@ def parse_bmc(walk: WalkResult, insecure: bool = False) -> BmcFacts:
                                   switch.text("FirmwareVersion"), state, health, switch.path))
     facts["switches"] = tuple(_unique_names(switches)) if _of_type(res, "Fabric.", problems) else missing(
         "fabrics", "Fabrics")
+    drives, volumes, have_storage = parse_storage(res, problems)
+    facts["drives"] = drives if have_storage else missing("storage", "/Storage")
+    facts["volumes"] = volumes if have_storage else facts["drives"]
     walk_problems = [f"{e.path}: {e.reason}" for e in walk.errors.values()]
     return BmcFacts(protocol="redfish", problems=tuple(sorted({*walk_problems, *problems})), insecure=insecure,
                     requests=walk.transport.requests, **facts)

@@ -48,6 +48,7 @@ MAX_LOG_ENTRIES = 100  # per log service: enough to judge, bounded for BMCs with
 MAX_RESOURCES = 4000  # per walk
 MAX_COLLECTION_MEMBERS = 512  # followed per collection (a real one holds at most a few hundred)
 MAX_MEMBERS_KEPT = 20_000  # collection members kept over a whole walk (memory: ~200 bytes each)
+MAX_DRIVES = 256  # drive links followed per Storage (a 2U JBOD head holds ~100)
 
 
 def _members(collection: dict[str, Any]) -> list[str]:
@@ -75,18 +76,23 @@ def children(path: str, body: dict[str, Any]) -> list[str]:
         return members
     links: list[str | None] = []
     if "ComputerSystem." in kind:
-        links = [link(body, "Bios"), link(body, "Processors"), link(body, "LogServices")]
-        if _unhealthy(body):  # what explains the rollup: storage, drives, memory (no cost on a healthy node)
-            links += [link(body, "Storage"), link(body, "Memory"), link(body, "SimpleStorage")]
-    elif "Storage." in kind and _unhealthy(body):
+        # Storage always (issue 22 item 7: a predicted failure or a worn SSD does not reach the rollup);
+        # memory only to explain an unhealthy rollup (no cost on a healthy node).
+        links = [link(body, "Bios"), link(body, "Processors"), link(body, "LogServices"), link(body, "Storage")]
+        if _unhealthy(body):
+            links += [link(body, "Memory"), link(body, "SimpleStorage")]
+    elif "Storage." in kind and "SimpleStorage." not in kind:
         drives = body.get("Drives")
         links = [d.get("@odata.id") for d in drives if isinstance(d, dict) and isinstance(d.get("@odata.id"), str)
-                 ] if isinstance(drives, list) else []
+                 ][:MAX_DRIVES] if isinstance(drives, list) else []
+        links.append(link(body, "Volumes"))
     elif "Manager." in kind:
         links = [link(body, "LogServices")]
     elif "Chassis." in kind:
         links = [link(body, "Thermal"), link(body, "Power"), link(body, "ThermalSubsystem"),
                  link(body, "PowerSubsystem"), link(body, "Oem", "Alarms")]  # HPE Cray: leak alarms
+        # Not Chassis/*/Drives: the drives a Storage lists are the same resources, and reaching one resource
+        # by two chains makes the walk's depth depend on which answer came first.
     elif "ThermalSubsystem." in kind:
         links = [link(body, "Fans"), link(body, "LeakDetection")]
     elif "LeakDetection." in kind:
@@ -106,7 +112,14 @@ def children(path: str, body: dict[str, Any]) -> list[str]:
 
 COLLECTION_NAMES = frozenset({"Systems", "Managers", "Chassis", "FirmwareInventory", "Processors", "LogServices",
                               "PowerSupplies", "Fans", "LeakDetectors", "Fabrics", "Switches", "Memory", "Storage",
-                              "Alarms"})
+                              "Alarms", "Drives", "Volumes"})
+
+
+def _optional(path: str) -> bool:
+    """A collection the walk reads on every node although many BMCs link it without serving it (Supermicro
+    X10 and exporter-era firmware link Systems/*/Storage and answer 404): its 404 means no storage is
+    exposed, which the storage check reports as such, not a failed read."""
+    return path.rstrip("/").rsplit("/", 1)[-1] in ("Storage", "Volumes", "Drives")
 
 
 def _unhealthy(body: dict[str, Any]) -> bool:
@@ -272,6 +285,7 @@ class Walk:
         self.deadline_s = deadline_s
         self.resources: dict[str, dict[str, Any]] = {}
         self.errors: dict[str, RedfishError] = {}
+        self.not_exposed: set[str] = set()  # optional collections the BMC links but answers 404 for
         self.auth_error: AuthFailed | None = None
         self.timed_out = False
         self.depth: dict[str, int] = {}  # requests on the longest dependent chain to each resource
@@ -422,6 +436,9 @@ class Walk:
                             expanded.discard(path)
                             seen.discard(path.lower())
                             submit(path, self.depth[path] + 1)
+                            continue
+                        if exc.status == 404 and _optional(path):
+                            self.not_exposed.add(path)  # advertised but not served: no storage, not a failure
                             continue
                         self.errors[path] = exc
                         continue

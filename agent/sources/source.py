@@ -26,8 +26,8 @@ from agent.credentials import BmcOptions
 from agent.model import SourceStatus, Unknown
 
 if TYPE_CHECKING:
-    from agent.snapshot import Snapshot
     from agent.sources.fsroot import FsRoot, LiveFs
+    from agent.sources.snapshot_dir import Snapshot
 
 T = TypeVar("T")
 NOT_IN_SNAPSHOT = "not in snapshot"

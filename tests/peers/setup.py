@@ -51,6 +51,11 @@ SYSTEM_TOOLS = (
     SystemTool("chromium", "chromium", "tests/test_fleet.py (opens the HTML report headless)"),
     SystemTool("systemd-analyze", "systemd", "tests/test_systemd_units.py (verify, security)"),
     SystemTool("ip", "iproute2", "tests/test_remediate_netns.py (network namespaces)"),
+    SystemTool("slurmctld", "slurmctld", "tests/test_scheduler_slurm.py (a one-node Slurm cluster)"),
+    SystemTool("slurmd", "slurmd", "tests/test_scheduler_slurm.py (runs HealthCheckProgram)"),
+    SystemTool("scontrol", "slurm-client", "tests/test_scheduler_slurm.py (drain, resume)"),
+    SystemTool("sinfo", "slurm-client", "tests/test_scheduler_slurm.py (reasons, the breaker's count)"),
+    SystemTool("munged", "munge", "tests/test_scheduler_slurm.py (Slurm's authentication)"),
 )
 
 

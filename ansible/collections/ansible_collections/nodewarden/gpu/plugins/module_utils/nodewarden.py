@@ -111,11 +111,38 @@ def _render(action_id: str, value: Any) -> str:
     return f"{action_id} = {json.dumps(value, sort_keys=True)}\n"
 
 
-def action_diff(actions: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """One Ansible diff per action: its before and after, as `ID = VALUE` lines (a dict value: one per key)."""
-    return [{"before_header": f"{a['id']} ({a.get('class')}, {a.get('subject')})", "after_header": a["id"],
-             "before": _render(a["id"], a.get("before")), "after": _render(a["id"], a.get("after"))}
-            for a in actions]
+def _render_pair(action_id: str, before: Any, after: Any) -> tuple[str, str]:
+    """Before and after in the same shape, so the diff compares like with like.
+
+    A before that maps each value to where it holds (the CPU governor: {"powersave": "0-223"}, governor ->
+    CPUs) against one value for all is written as that value, where it holds in a comment:
+    `cpu_governor:node = "powersave"  # 0-223` against `cpu_governor:node = "performance"`.
+    """
+    if isinstance(before, dict) and not isinstance(after, dict):
+        lines = "".join(f"{action_id} = {json.dumps(value)}  # {where}\n" for value, where in sorted(before.items()))
+        return lines, _render(action_id, after)
+    return _render(action_id, before), _render(action_id, after)
+
+
+def action_diff(actions: list[dict[str, Any]], not_allowed: list[dict[str, Any]] | None = None,
+                ) -> list[dict[str, str]]:
+    """One Ansible diff per action: its before and after, as `ID = VALUE` lines (a dict value: one per key).
+
+    Actions the `allow` list filtered out come after them as `not allowed: ...` (a prepared diff: nothing
+    would change, but the operator sees what a wider `allow` would do).
+    """
+    diffs: list[dict[str, str]] = []
+    for a in actions:
+        before, after = _render_pair(a["id"], a.get("before"), a.get("after"))
+        diffs.append({"before_header": f"{a['id']} ({a.get('class')}, {a.get('subject')})", "after_header": a["id"],
+                      "before": before, "after": after})
+    for a in not_allowed or []:
+        before, after = _render_pair(a["id"], a.get("before"), a.get("after"))
+        diffs.append({"prepared": f"not allowed: {a['id']} ({a.get('class')}, {a.get('subject')}): "
+                                  f"{a.get('reason') or 'its class is not in allow'}\n"
+                                  + "".join(f"  now    {line}\n" for line in before.splitlines())
+                                  + "".join(f"  would  {line}\n" for line in after.splitlines())})
+    return diffs
 
 
 def remediate(module: AnsibleModule, exe: str, allow: list[str], reboot_ok: bool, only: list[str],
@@ -150,8 +177,10 @@ def remediate(module: AnsibleModule, exe: str, allow: list[str], reboot_ok: bool
         "refused": refused,
         "findings": list(plan.get("findings") or []),
     }
-    if module._diff and changing:
-        result["diff"] = action_diff(changing)
+    not_allowed = [a for a in actions if a.get("status") == "not_allowed"]
+    result["not_allowed"] = [{"id": a["id"], "reason": a.get("reason")} for a in not_allowed]
+    if module._diff and (changing or not_allowed):
+        result["diff"] = action_diff(changing, not_allowed)
     for item in refused:
         module.warn(f"refused {item['id']}: {item['reason']}")
     if failed:

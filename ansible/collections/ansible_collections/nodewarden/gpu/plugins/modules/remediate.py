@@ -162,6 +162,15 @@ refused:
   elements: dict
   returned: success
   sample: [{"id": "thp:enabled", "reason": "transparent_hugepage=always on the kernel command line"}]
+not_allowed:
+  description:
+    - Actions the O(allow) list left out (their class is not allowed), with the reason. In diff mode each
+      one is shown after the changes, headed C(not allowed), with its reason and its current and wanted
+      values; nothing is done about them.
+  type: list
+  elements: dict
+  returned: success
+  sample: [{"id": "acs:0000:b9:02.0", "reason": "class disruptive not allowed (--allow disruptive)"}]
 findings:
   description: The findings the run fixed (verified after the change).
   type: list

@@ -1,0 +1,60 @@
+"""Profile choice and the report of an acceptance run: checks.accept over the recording, waivers, Report.
+
+The profile is chosen as an audit chooses it (agent.engine.choose_profile: `--profile`, the config,
+else the hardware match from the host and the run's first NVML read). The report is the audit's
+`Report`, so table/JSON/JUnit/Prometheus rendering, waivers and exit codes are the audit's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from agent.accept.recording import Recording
+from agent.accept.request import AcceptRequest
+from agent.accept.sampler import Sampler
+from agent.engine import AuditRequest, choose_profile
+from agent.model import SourceStatus
+from agent.profiles import Profile, ProfileStore
+from agent.report.model import Report
+from agent.waivers import apply_waivers, load_waivers
+from checks import all_checks
+from checks.accept import judge
+from checks.accept_drift import judge_drift
+
+
+def choose(request: AcceptRequest, sampler: Sampler) -> tuple[Profile, dict[str, Any], Any]:
+    """(profile, the report's node block, the node source for BMC reads)."""
+    from agent.node import node_info, open_node
+    from agent.sources.registry import HOST
+    from agent.sources.source import ReadOptions
+
+    audit = AuditRequest(config=request.config, profile=request.profile, bmc=request.bmc)
+    node = open_node(audit)
+    host = HOST.read(node, ReadOptions())[0]
+    store = ProfileStore(request.config.profile_dirs, request.config.overrides_file)
+    nvml = sampler.first
+    assert nvml is not None, "the sampler read NVML before a profile is chosen"
+    profile = choose_profile(audit, store, host, nvml)[0]
+    info = node_info(host, node)
+    info["gpus"] = {**info["gpus"], "nvml_count": len(sampler.recording.gpus)}
+    return profile, info, node
+
+
+def report_for(request: AcceptRequest, recording: Recording, profile: Profile, node: dict[str, Any],
+               baseline: Recording | None, started: dt.datetime) -> Report:
+    findings = judge(recording, profile) + judge_drift(recording, baseline, profile)
+    config = request.config
+    if config.waivers_file is not None:
+        waivers = load_waivers(config.waivers_file, (c.id for c in all_checks()))
+        if waivers:
+            findings = apply_waivers(findings, waivers, dt.date.today())
+    bmc = recording.bmc
+    sources = {"nvml": SourceStatus("nvml", ok=True)}
+    if bmc is not None:
+        sources["bmc"] = SourceStatus("bmc", ok=bool(bmc.t), error=bmc.error if not bmc.t else None,
+                                      detail={"readings": len(bmc.t)})
+    return Report(node=node, profile=profile.name, profile_chain=profile.chain,
+                  started_at=started.isoformat(timespec="seconds"),
+                  duration_s=time.time() - started.timestamp(), sources=sources, findings=findings)

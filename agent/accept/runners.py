@@ -1,0 +1,152 @@
+"""Load runners: `none` (observe what already runs), `command` (any program) and `torch` (built-in burn).
+
+A command runs in its own process group (so its children go with it), its output goes to our stderr
+(stdout is the report's) and the last lines are kept for the result. Stopping is SIGTERM to the
+group, then SIGKILL after a grace period: a load that ignores SIGTERM never keeps the run waiting.
+Nothing here touches a GPU setting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+
+TAIL_LINES, TAIL_LINE_CHARS = 5, 300
+
+
+class LoadError(Exception):
+    """The load could not start; str() is the result's message ("load could not start: ...")."""
+
+
+class LoadRunner:
+    """`none`: nothing to start or stop."""
+
+    kind = "none"
+
+    def describe(self) -> str:
+        return "none (observing the running workload)"
+
+    def start(self) -> None:
+        return None
+
+    def ended(self) -> str | None:
+        """Why the load is no longer running (None while it runs, or for `none`)."""
+        return None
+
+    def stop(self, grace_s: float = 10.0) -> str | None:
+        """Stop it; what had to be done (None when nothing ran)."""
+        return None
+
+
+class CommandLoad(LoadRunner):
+    kind = "command"
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        if not argv:
+            raise LoadError("load could not start: --load command needs the command after --")
+        self.argv = list(argv)
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._reader: threading.Thread | None = None
+
+    def describe(self) -> str:
+        return " ".join(self.argv)[:300]
+
+    def start(self) -> None:
+        try:
+            self.proc = subprocess.Popen(  # the operator's own argv, no shell
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, env=self.env, close_fds=True)
+        except OSError as exc:
+            raise LoadError(f"load could not start: {self.argv[0]}: {exc.strerror or exc}") from None
+        self.started = time.monotonic()
+        self._reader = threading.Thread(target=self._pump, name="load-output", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        """Pass the load's output on to our stderr, keeping its last lines (bounded) for the result."""
+        assert self.proc is not None and self.proc.stdout is not None
+        stdout = self.proc.stdout
+        for raw in iter(lambda: stdout.readline(4096), b""):  # bounded: a load may print without newlines
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                self.tail.append(line[-TAIL_LINE_CHARS:])  # the end of a long line says most
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"[load] {line}\n")
+
+    def last_words(self) -> str:
+        if self._reader is not None:
+            self._reader.join(timeout=1.0)
+        return f": {self.tail[-1]}" if self.tail else ""
+
+    def ended(self) -> str | None:
+        if self.proc is None:
+            return None
+        code = self.proc.poll()
+        if code is None:
+            return None
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return f"the load {how} after {time.monotonic() - self.started:.1f} s{self.last_words()}"
+
+    def stop(self, grace_s: float = 10.0) -> str | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is not None:
+            self._signal_group(signal.SIGKILL)  # children it left behind in its group
+            return "already ended"
+        self._signal_group(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+            how = "stopped with SIGTERM"
+        except subprocess.TimeoutExpired:
+            self._signal_group(signal.SIGKILL)
+            proc.wait(timeout=10.0)
+            how = f"did not stop within {grace_s:g} s of SIGTERM: killed"
+        self._signal_group(signal.SIGKILL)
+        return how
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        """The load's own group only: its leader's pid is the group id (start_new_session)."""
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+
+class TorchLoad(CommandLoad):
+    """A matrix-multiply burn on every GPU (agent.accept.torch_burn) in a child process, so a CUDA
+    hang or crash is the child's, and stopping it is the same as for any command."""
+
+    kind = "torch"
+
+    def __init__(self, seconds: float, env: dict[str, str] | None = None) -> None:
+        super().__init__([sys.executable, "-m", "agent.accept.torch_burn", "--seconds", f"{seconds:.0f}"], env)
+
+    def describe(self) -> str:
+        return "torch (matrix-multiply burn per GPU)"
+
+    def start(self) -> None:
+        if importlib.util.find_spec("torch") is None:
+            raise LoadError("load could not start: PyTorch is not installed (pip install 'nodewarden[load]', "
+                            "or use --load command -- CMD)")
+        super().start()
+
+
+def make_runner(kind: str, argv: Sequence[str], seconds: float) -> LoadRunner:
+    if kind == "torch":
+        return TorchLoad(seconds)
+    if kind == "command":
+        return CommandLoad(argv)
+    if argv:
+        raise LoadError(f"load could not start: a command was given after -- but --load is {kind}")
+    return LoadRunner()

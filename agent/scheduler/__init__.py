@@ -1,0 +1,105 @@
+"""`nodewarden health-check`: the scheduler's gate. One entry point, `run_health_check`.
+
+The verdict (agent.report.verdict's one rule) comes from the daemon's state file when one exists and
+is fresh (well under a second), else from a one-shot audit in a child process killed at a total
+deadline (agent.scheduler.oneshot). No verdict (stale state file, deadline hit) means nothing is
+done: not drained, not resumed, exit Unknown. Then one of: print it (plain), act through scontrol
+(`--slurm`, agent.scheduler.slurm), or answer node-problem-detector (`--npd`, agent.scheduler.npd).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+
+from agent.engine import AuditRequest
+from agent.scheduler.answer import Answer, reading
+from agent.scheduler.npd import npd_line
+from agent.scheduler.settings import HealthSettings
+from agent.scheduler.state import read_state, write_decision
+from agent.snapshot import simulated_path
+
+__all__ = ["EXIT_BAD", "EXIT_OK", "EXIT_UNKNOWN", "HealthRequest", "Outcome", "answer_for", "run_health_check",
+           "valid_node_name"]
+
+EXIT_OK, EXIT_BAD, EXIT_UNKNOWN = 0, 1, 3  # plain and --slurm; --npd has its own (0, 1, 2)
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # never "-x": it reaches scontrol's argv
+
+
+def valid_node_name(name: str) -> bool:
+    return NODE_NAME.fullmatch(name) is not None
+
+
+@dataclass
+class HealthRequest:
+    audit: AuditRequest  # what the one-shot audit reads (live, --snapshot, --simulate)
+    settings: HealthSettings
+    node: str
+    mode: str = "plain"  # plain, slurm, npd
+    dry_run: bool = False
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    lines: list[str] = field(default_factory=list)
+    answer: Answer | None = None
+
+
+def answer_for(request: HealthRequest) -> Answer:
+    """The verdict from the daemon's fresh state file, or from a bounded one-shot audit."""
+    audit = request.audit
+    judged = (reading("simulated", simulated_path(audit.simulate)) if audit.simulate
+              else reading("snapshot", audit.snapshot) if audit.snapshot else "live")
+    answer = read_state(request.settings.state_dir, request.settings.max_age_s, judged=judged)
+    if answer is not None:
+        return answer
+    from agent.scheduler.oneshot import audit_once  # only without a daemon: the engine loads here
+
+    return audit_once(request.audit, request.settings.deadline_s)
+
+
+def _said(answer: Answer) -> str:
+    if answer.verdict is None:
+        return f"UNKNOWN ({answer.how}): {answer.why}"
+    age = f", {answer.age_s:.0f} s old" if answer.age_s is not None else ""
+    worst = f": {answer.worst()}" if answer.actions else ""
+    return f"{answer.verdict} ({answer.how}{age}){worst}"
+
+
+def run_health_check(request: HealthRequest) -> Outcome:
+    answer = answer_for(request)
+    settings = request.settings
+    if request.mode == "npd":
+        line, code = npd_line(answer, settings)
+        return Outcome(code, [line], answer)
+    code = EXIT_UNKNOWN if answer.verdict is None else EXIT_BAD if settings.bad(answer.verdict) else EXIT_OK
+    if request.mode != "slurm":
+        return Outcome(code, [_said(answer)], answer)
+    from agent.scheduler.slurm import decide
+    from agent.scheduler.trail import record
+
+    decision = decide(answer, request.node, settings, dry_run=request.dry_run)
+    lines = [_said(answer)]
+    if request.dry_run:
+        lines.append(f"dry run: would run: {shlex.join(decision.argv)}" if decision.argv
+                     else f"dry run: {decision.action}: {decision.why}")
+        return Outcome(EXIT_UNKNOWN if decision.action in ("unknown", "failed") else code, lines, answer)
+    lines.append(f"slurm {request.node}: {decision.action}: {decision.why}")
+    now = time.time()
+    entry = {"at": round(now, 3), "node": request.node, "action": decision.action, "verdict": answer.verdict,
+             "how": answer.how, "why": decision.why, **({"argv": decision.argv} if decision.argv else {}),
+             **({"gpus": answer.gpus} if answer.gpus and decision.action == "drain" else {})}
+    record(settings.state_dir, entry)
+    try:
+        write_decision(settings.state_dir, {"at": now, "node": request.node, "verdict": answer.verdict,
+                                            "action": decision.action if decision.action in
+                                            ("drain", "resume", "none", "breaker") else "none",
+                                            "why": decision.why})
+    except Exception as exc:  # noqa: BLE001 - the decision is made; only its metric is lost
+        lines.append(f"warning: could not record the decision: {exc}")
+    if decision.action in ("unknown", "failed"):
+        return Outcome(EXIT_UNKNOWN, lines, answer)
+    return Outcome(code, lines, answer)

@@ -1,0 +1,115 @@
+"""What a health-check decides on: the node's verdict (agent.report.verdict's one rule), where it came
+from, and its worst finding as a short, clean line (a Slurm reason, an NPD message).
+
+The same summary travels through the daemon's state file and the one-shot audit's pipe, so both are
+parsed here with the same bounds: whatever is read back is hostile input (type, length, count).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.facts_nvml import NvmlFacts
+from agent.report.model import Report
+from agent.report.verdict import VERDICTS, verdict_json
+
+SUMMARY_SCHEMA = "nodewarden.health/v1"
+MAX_ACTIONS = 32
+MAX_TEXT = 200  # characters of a message or name kept from a summary
+MAX_ITEMS = 16  # checks/subjects kept per action
+MAX_GPUS = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;_()/#%+@=\[\]<>~-]")  # what a Slurm reason and a log line may carry
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The node's verdict, or None when it cannot be decided (`why` says so)."""
+
+    verdict: str | None
+    how: str  # "state file", "one-shot audit"
+    why: str = ""
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    gpus: dict[str, str] = field(default_factory=dict)  # subject -> GPU UUID, where NVML read one
+    age_s: float | None = None
+
+    def worst(self, limit: int = 120) -> str:
+        """The worst finding, short: `gpu.lost gpu7: GPU 7 has fallen off the bus`."""
+        if not self.actions:
+            return self.verdict or "unknown"
+        ask = next((a for a in self.actions if a.get("drains")), self.actions[0])
+        subjects = [s for s in ask["subjects"][:2] if s != "node"]
+        head = " ".join([ask["checks"][0], *subjects]) if ask["checks"] else ask["action"]
+        return short(f"{head}: {ask['message']}" if ask["message"] else head, limit)
+
+
+def short(text: str, limit: int) -> str:
+    """One line of safe characters (no quotes, no control characters), cut to `limit`."""
+    text = _UNSAFE.sub("?", " ".join(str(text).split()))
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def gpu_uuids(nvml: object) -> dict[str, str]:
+    """`gpu3` -> its UUID, for a per-device consumer (a finding's subject is the NVML index)."""
+    if not isinstance(nvml, NvmlFacts):
+        return {}
+    return {f"gpu{gpu.index}": gpu.uuid for gpu in nvml.gpus[:MAX_GPUS] if isinstance(gpu.uuid, str)}
+
+
+def reading(mode: str, path: str | os.PathLike[str] | None) -> str:
+    """What was judged: `live`, or the recording (`simulated:/.../hgx-h100-drifted`). A daemon replaying
+    a recording must never answer for the machine it runs on, nor for another recording."""
+    return "live" if mode == "live" or path is None else f"{mode}:{os.path.realpath(path)}"
+
+
+def summarise(report: Report) -> dict[str, Any]:
+    """The verdict, the actions (worst first) and the GPUs' UUIDs of one evaluation."""
+    facts = report.facts
+    snap = report.node.get("snapshot")
+    return {"schema": SUMMARY_SCHEMA, **verdict_json(report.findings), "profile": report.profile,
+            "evaluated_at": report.started_at, "gpus": gpu_uuids(facts.nvml if facts is not None else None),
+            "reading": reading(str(report.node.get("mode")), snap.get("path") if isinstance(snap, dict) else None)}
+
+
+class SummaryError(ValueError):
+    """A summary read back that is not what nodewarden writes."""
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise SummaryError(f"{what} is not a string")
+    return short(value, MAX_TEXT)
+
+
+def _texts(value: object, what: str) -> list[str]:
+    if not isinstance(value, list):
+        raise SummaryError(f"{what} is not a list")
+    return [_text(v, what) for v in value[:MAX_ITEMS]]
+
+
+def parse_summary(doc: object, how: str, *, age_s: float | None = None) -> Answer:
+    """An Answer from a summary read back (state file, one-shot child); SummaryError when malformed."""
+    if not isinstance(doc, dict) or doc.get("schema") != SUMMARY_SCHEMA:
+        raise SummaryError(f"not a {SUMMARY_SCHEMA} document")
+    verdict = doc.get("verdict")
+    if verdict not in VERDICTS:
+        raise SummaryError("no known verdict")
+    raw = doc.get("actions")
+    if not isinstance(raw, list):
+        raise SummaryError("actions is not a list")
+    actions = []
+    for item in raw[:MAX_ACTIONS]:
+        if not isinstance(item, dict):
+            raise SummaryError("an action is not an object")
+        actions.append({"action": _text(item.get("action"), "action"), "drains": item.get("drains") is True,
+                        "severity": _text(item.get("severity"), "severity"),
+                        "checks": _texts(item.get("checks"), "checks"),
+                        "subjects": _texts(item.get("subjects"), "subjects"),
+                        "message": _text(item.get("message") or "", "message")})
+    gpus_raw = doc.get("gpus") or {}
+    if not isinstance(gpus_raw, dict):
+        raise SummaryError("gpus is not an object")
+    gpus = {_text(k, "gpu"): _text(v, "uuid") for k, v in list(gpus_raw.items())[:MAX_GPUS]}
+    return Answer(str(verdict), how, actions=actions, gpus=gpus, age_s=age_s)

@@ -1,0 +1,56 @@
+"""health-check's settings: the config file's `health_check:` section (agent.config declares and
+documents it) with its defaults, command-line options winning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.config import Config
+from agent.report.verdict import DEGRADED, DRAIN
+
+DEFAULT_DEADLINE_S = 45.0  # well inside slurmd's 60 s kill of HealthCheckProgram
+DEFAULT_MAX_AGE_S = 180.0  # 3 x the daemon's 60 s host poll: used when the state file names none
+SLURM_BIN_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"), Path("/opt/slurm/bin"))
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    state_dir: Path
+    deadline_s: float = DEFAULT_DEADLINE_S
+    max_age_s: float | None = None  # None: what the daemon wrote into the state file, else DEFAULT_MAX_AGE_S
+    drain_on: str = DRAIN
+    resume_after: int = 2
+    breaker_percent: float = 10.0
+    breaker_min_nodes: int = 5
+    require_accept: bool = False
+    slurm_bin_dir: Path | None = None
+    slurm_conf: Path | None = None
+    slurm_timeout_s: float = 10.0
+
+    def bad(self, verdict: str) -> bool:
+        """Whether `verdict` drains (and is NonOK for node-problem-detector)."""
+        return verdict == DRAIN or (self.drain_on == DEGRADED and verdict == DEGRADED)
+
+
+def settings_from(config: Config, *, state_dir: Path | None = None, deadline_s: float | None = None,
+                  max_age_s: float | None = None) -> HealthSettings:
+    section: dict[str, Any] = config.health_check
+
+    def path(key: str) -> Path | None:
+        return Path(section[key]) if key in section else None
+
+    return HealthSettings(
+        state_dir=state_dir or config.state_dir,
+        deadline_s=deadline_s or float(section.get("deadline_s", DEFAULT_DEADLINE_S)),
+        max_age_s=max_age_s or (float(section["max_age_s"]) if "max_age_s" in section else None),
+        drain_on=str(section.get("drain_on", DRAIN)),
+        resume_after=int(section.get("resume_after", 2)),
+        breaker_percent=float(section.get("breaker_percent", 10.0)),
+        breaker_min_nodes=int(section.get("breaker_min_nodes", 5)),
+        require_accept=bool(section.get("require_accept", False)),
+        slurm_bin_dir=path("slurm_bin_dir"),
+        slurm_conf=path("slurm_conf"),
+        slurm_timeout_s=float(section.get("slurm_timeout_s", 10.0)),
+    )

@@ -1,0 +1,83 @@
+"""Every health-check decision, kept: a bounded JSON-lines log (STATE_DIR/scheduler/decisions.jsonl)
+and the logger; and the per-node hysteresis memory (`scheduler/slurm-NODE.json`).
+
+The log is rewritten whole through agent.fsutil (atomic; the newest MAX_LINES lines kept), never
+appended in place: a crash never leaves half a line, and it cannot grow past MAX_BYTES.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.errors import NodewardenError
+from agent.fsutil import replace_file
+from agent.jsonfile import JsonInputError, load_json_file, read_bounded
+from agent.scheduler.state import MAX_SMALL_BYTES, folder
+
+log = logging.getLogger("nodewarden.scheduler")
+
+TRAIL_FILE = "decisions.jsonl"
+MAX_LINES = 2000
+MAX_BYTES = 1 << 20
+MAX_LINE = 2048
+
+
+def record(state_dir: Path, entry: dict[str, Any]) -> str | None:
+    """Log `entry` and append it to the trail; the error text when the trail could not be written."""
+    line = json.dumps(entry, separators=(",", ":"), ensure_ascii=True, allow_nan=False)[:MAX_LINE]
+    level = logging.CRITICAL if entry.get("action") == "breaker" else (
+        logging.WARNING if entry.get("action") in ("drain", "unknown", "failed") else logging.INFO)
+    log.log(level, "health-check %s: %s", entry.get("action"), entry.get("why", ""),
+            extra={"fields": {"event": "health_check", **entry}})
+    try:
+        path = folder(state_dir, create=True) / TRAIL_FILE
+        try:
+            old = read_bounded(path, MAX_BYTES).decode("ascii", "replace").splitlines()
+        except FileNotFoundError:
+            old = []
+        kept = [x for x in old if x.startswith("{") and x.endswith("}")][-(MAX_LINES - 1):]
+        text = "\n".join([*kept, line]) + "\n"
+        while len(text) > MAX_BYTES and kept:  # long lines: drop the oldest until it fits
+            kept = kept[len(kept) // 4 + 1:]
+            text = "\n".join([*kept, line]) + "\n"
+        replace_file(path, text, 0o600)
+    except (OSError, NodewardenError) as exc:
+        log.error("could not write the health-check trail: %s", exc)
+        return str(exc)
+    return None
+
+
+@dataclass
+class Memory:
+    """What a node's earlier checks leave for the next: healthy checks in a row since our drain."""
+
+    healthy: int = 0
+    drained_at: float | None = None  # when nodewarden drained it (for require_accept)
+
+
+def _memory_path(state_dir: Path, node: str, *, create: bool) -> Path:
+    return folder(state_dir, create=create) / f"slurm-{node}.json"  # node names are validated: [A-Za-z0-9._-]
+
+
+def recall(state_dir: Path, node: str) -> Memory:
+    try:
+        doc = load_json_file(_memory_path(state_dir, node, create=False), max_bytes=MAX_SMALL_BYTES,
+                             what="health-check memory")
+    except (OSError, JsonInputError, NodewardenError):
+        return Memory()  # forgetting only delays a resume: the safe direction
+    if not isinstance(doc, dict):
+        return Memory()
+    healthy, drained = doc.get("healthy"), doc.get("drained_at")
+    return Memory(healthy if isinstance(healthy, int) and not isinstance(healthy, bool) and 0 <= healthy < 10**6
+                  else 0,
+                  float(drained) if isinstance(drained, int | float) and not isinstance(drained, bool)
+                  and 0 <= drained < 1e11 else None)
+
+
+def remember(state_dir: Path, node: str, memory: Memory) -> None:
+    replace_file(_memory_path(state_dir, node, create=True),
+                 json.dumps({"healthy": memory.healthy, "drained_at": memory.drained_at}) + "\n", 0o600)

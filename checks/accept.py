@@ -1,0 +1,317 @@
+"""accept.*: judgement of an acceptance run under full load (`nodewarden accept`), over its recording.
+
+These checks judge the recorded series (agent.accept.recording), not one reading, so an audit has
+nothing for them (their evaluators return no finding) and `judge` is what `nodewarden accept`
+calls. They are registered like every check so waivers, `--only`, the README table and the profile
+schema treat them alike. Each threshold sits in the profile (`expect.accept.*`) with its source.
+A critical finding needs positive evidence: a fault reason NVML set, a counter that moved, an Xid
+event, NVML saying the GPU is lost. A missing reading is `skip` or `unknown`, never `fail`.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from agent.accept.recording import FORBIDDEN_EVENTS, GpuTrack, Recording, Steady, bmc_median, steady, thermal_resistance
+from agent.expect import Expectation
+from agent.facts import NodeFacts
+from agent.model import Finding, Severity, Status
+from agent.profiles import Profile
+from checks import Check, expectation_schema
+
+
+def _no_recording(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    return []  # an audit reads one moment: acceptance is judged by `nodewarden accept` over its run
+
+
+def _check(id_: str, title: str, key: str, what: str, evidence: str, action: str | None = None,
+           source: str = "nvml") -> Check:
+    check = Check(id_, title, source=source, action=action, expect_path=("accept", key),
+                  schema=expectation_schema(what), evidence=evidence)
+    check.evaluator(_no_recording)
+    return check
+
+
+LOAD = _check("accept.load", "Load reached and held", "load_utilization_pct",
+              "GPU utilization (%) every GPU must reach for the steady phase to start and hold through it.",
+              "the load runner's outcome (started, ran through steady) and each GPU's median steady utilization")
+POWER = _check("accept.power", "Steady power against the enforced limit", "power_fraction",
+               "Steady median power draw as a fraction of the enforced limit (min: 0.9).",
+               "NVML power draw and enforced limit, medians over the steady window; an enforced limit below the "
+               "default limit is itself a cap", action="check_power_delivery")
+SPREAD = _check("accept.temperature.spread", "Temperature spread across same-model GPUs", "temperature_spread_c",
+                "Highest minus lowest steady median GPU temperature (degC) among the node's same-model GPUs.",
+                "NVML GPU temperature, median over the steady window, per model", action="check_cooling")
+RESISTANCE = _check("accept.thermal.resistance", "Thermal resistance within the model envelope",
+                    "thermal_resistance_c_per_w",
+                    "degC per W above the BMC inlet temperature, steady medians (needs a BMC).",
+                    "steady GPU temperature minus BMC inlet, per W of steady power draw", action="check_cooling",
+                    source="crosscheck")
+SIBLINGS = _check("accept.thermal.siblings", "Thermal resistance against sibling GPUs", "thermal_sibling_pct",
+                  "How far (%) a GPU's degC per W may sit above the median of its same-model siblings.",
+                  "steady degC per W (above inlet; without a BMC, temperature per W) against the node median",
+                  action="check_cooling")
+EVENTS = _check("accept.clocks.events", "No fault clock events under steady load", "clock_event_samples",
+                "Steady samples with HW slowdown, HW thermal, HW power brake or SW thermal set (max: 0).",
+                "NVML clock event reasons in every steady sample; SW power cap at the limit is expected",
+                action="check_cooling_and_power")
+SM_CLOCK = _check("accept.clocks.sm", "SM clock under steady load", "sm_clock_fraction",
+                  "Steady median SM clock as a fraction of the GPU's maximum SM clock.",
+                  "NVML SM clock (median over steady) against nvmlDeviceGetMaxClockInfo", action="check_cooling")
+MEMORY = _check("accept.memory.temperature", "Memory temperature margin under load", "memory_temperature_margin_c",
+                "degC between the hottest steady memory temperature and the GPU's memory max threshold.",
+                "NVML memory temperature (max over steady) against the NVML memory max threshold",
+                action="check_cooling")
+PSU = _check("accept.psu", "PSU input and redundancy under load", "psu_input_ratio",
+             "BMC PSU input power over the GPUs' summed NVML draw, steady medians (min: 1.0).",
+             "BMC PSU input power and redundancy state read during the run, against the GPUs' summed draw",
+             action="check_power_delivery", source="crosscheck")
+ERRORS = _check("accept.errors", "No new GPU errors during the run", "new_errors",
+                "New Xid events, ECC, NVLink and PCIe replay counts during the run (max: 0).",
+                "NVML Xid events, volatile ECC, NVLink error and PCIe replay counter deltas, GPU lost (fallen off "
+                "the bus)", action="reset_gpu")
+
+
+def _exp(profile: Profile, key: str) -> Expectation | None:
+    return profile.expectation("accept", key)
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def judge(recording: Recording, profile: Profile) -> list[Finding]:
+    """Every accept.* finding for one run (drift: checks.accept_drift)."""
+    findings = _load(recording, profile)
+    window = recording.steady_window()
+    live = [g for g in recording.gpus if g.lost is None]
+    findings += _errors(recording, profile)
+    if window is None:
+        return findings  # no steady state: the load finding says why; nothing else can be judged
+    stats = {g.uuid: steady(g, window) for g in live}
+    inlet = bmc_median(recording.bmc.inlet_c, recording.bmc.t, window) if recording.bmc else None
+    for gpu in live:
+        findings += _per_gpu(gpu, stats[gpu.uuid], profile, inlet)
+    findings += _spread(live, stats, profile)
+    findings += _siblings(live, stats, profile, inlet)
+    findings += _psu(recording, stats, profile, window)
+    return findings
+
+
+def _load(recording: Recording, profile: Profile) -> list[Finding]:
+    exp = _exp(profile, "load_utilization_pct")
+    severity = exp.severity if exp else Severity.WARNING
+    outcome = str(recording.load.get("outcome") or "no outcome recorded")
+    kind = recording.load.get("kind", "?")
+    if outcome != "ok":
+        return [LOAD.finding("node", Status.FAIL, severity, f"load {kind}: {outcome}", observed=outcome,
+                             expected="the load runs through the steady window",
+                             reason=exp.reason if exp else None)]
+    findings = [LOAD.finding("node", Status.PASS, severity, f"load {kind} ran through the steady window",
+                             observed=outcome)]
+    window = recording.steady_window()
+    if exp is not None and window is not None:
+        for gpu in recording.gpus:
+            if gpu.lost is None:
+                findings.append(LOAD.compare(gpu.label, exp, _round(steady(gpu, window).util_pct),
+                                             f"{gpu.label} steady utilization (%)"))
+    return findings
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _observe(check: Check, subject: str, exp: Expectation, value: float | None, what: str,
+             why_missing: str) -> Finding:
+    if value is None:
+        return check.finding(subject, Status.SKIP, exp.severity, f"{what}: {why_missing}", expected=exp.expected,
+                             reason=exp.reason)
+    return check.compare(subject, exp, value, what)
+
+
+def _per_gpu(gpu: GpuTrack, stats: Steady, profile: Profile, inlet: float | None) -> list[Finding]:
+    out: list[Finding] = []
+    label = gpu.label
+    exp = _exp(profile, "power_fraction")
+    if exp is not None:
+        out.append(_power(gpu, stats, exp))
+    exp = _exp(profile, "clock_event_samples")
+    if exp is not None:
+        bad = {name: n for name, n in stats.event_samples.items() if n}
+        finding = EVENTS.compare(label, exp, sum(bad.values()), f"{label} steady samples with fault clock events")
+        if bad:
+            finding.message = (f"{label}: {', '.join(f'{name} in {n}' for name, n in bad.items())} of "
+                               f"{stats.samples} steady samples (expected none of {', '.join(FORBIDDEN_EVENTS)})")
+            finding.observed = bad
+        out.append(finding)
+    exp = _exp(profile, "sm_clock_fraction")
+    if exp is not None:
+        ratio = stats.sm_mhz / gpu.max_sm_mhz if stats.sm_mhz is not None and gpu.max_sm_mhz else None
+        finding = _observe(SM_CLOCK, label, exp, _round(ratio), f"{label} steady SM clock / max",
+                           "no SM clock or max clock reading")
+        if ratio is not None:
+            finding.message += f" ({stats.sm_mhz:.0f} of {gpu.max_sm_mhz} MHz)"
+        out.append(finding)
+    exp = _exp(profile, "memory_temperature_margin_c")
+    if exp is not None:
+        margin = (gpu.memory_max_c - stats.mem_temp_max_c if gpu.memory_max_c is not None
+                  and stats.mem_temp_max_c is not None else None)
+        out.append(_observe(MEMORY, label, exp, margin, f"{label} memory temperature margin (degC)",
+                            "no memory temperature or threshold from NVML"))
+    exp = _exp(profile, "thermal_resistance_c_per_w")
+    if exp is not None:
+        out.append(_observe(RESISTANCE, label, exp, thermal_resistance(stats, inlet),
+                            f"{label} thermal resistance (degC/W above inlet)",
+                            "no BMC inlet temperature (--bmc) or no steady power/temperature"))
+    return out
+
+
+def _power(gpu: GpuTrack, stats: Steady, exp: Expectation) -> Finding:
+    label = gpu.label
+    limit, default = stats.limit_w, gpu.default_limit_w
+    if stats.power_w is None or not limit:
+        return POWER.finding(label, Status.SKIP, exp.severity, f"{label}: no steady power or enforced limit reading",
+                             expected=exp.expected, reason=exp.reason)
+    observed = {"power_w": round(stats.power_w, 1), "enforced_limit_w": limit, "default_limit_w": default}
+    if default is not None and limit < default - 1:
+        return POWER.finding(label, exp.status_on_mismatch(), exp.severity,
+                             f"{label} is capped at {limit:g} W of its {default:g} W default limit (drew "
+                             f"{stats.power_w:.0f} W): it cannot be accepted at full power", observed=observed,
+                             expected=exp.expected, reason=exp.reason)
+    finding = POWER.compare(label, exp, round(stats.power_w / limit, 3), f"{label} steady power / enforced limit")
+    finding.message += f" ({stats.power_w:.0f} of {limit:g} W)"
+    finding.observed = {**observed, "fraction": round(stats.power_w / limit, 3)}
+    return finding
+
+
+def _models(gpus: list[GpuTrack]) -> dict[str, list[GpuTrack]]:
+    groups: dict[str, list[GpuTrack]] = {}
+    for gpu in gpus:
+        groups.setdefault(gpu.name or "unknown", []).append(gpu)
+    return groups
+
+
+def _spread(gpus: list[GpuTrack], stats: dict[str, Steady], profile: Profile) -> list[Finding]:
+    exp = _exp(profile, "temperature_spread_c")
+    if exp is None:
+        return []
+    out = []
+    for model, group in _models(gpus).items():
+        temps: dict[str, float] = {}
+        for gpu in group:
+            value = stats[gpu.uuid].temp_c
+            if value is not None:
+                temps[gpu.label] = value
+        if len(temps) < 2:
+            continue
+        hot = max(temps, key=lambda k: temps[k])
+        cold = min(temps, key=lambda k: temps[k])
+        spread = round(temps[hot] - temps[cold], 1)
+        finding = SPREAD.compare("node", exp, spread, f"steady temperature spread of {len(temps)} {model} (degC)")
+        finding.message += f" (hottest {hot} {temps[hot]:g}, coolest {cold} {temps[cold]:g})"
+        out.append(finding)
+    return out
+
+
+def per_watt(stats: Steady, inlet: float | None) -> float | None:
+    """degC/W above inlet, or temperature per W where no inlet is known (siblings and drift only)."""
+    if inlet is not None:
+        return thermal_resistance(stats, inlet)
+    return thermal_resistance(stats, 0.0)
+
+
+def _siblings(gpus: list[GpuTrack], stats: dict[str, Steady], profile: Profile, inlet: float | None) -> list[Finding]:
+    exp = _exp(profile, "thermal_sibling_pct")
+    if exp is None:
+        return []
+    out = []
+    basis = "above inlet" if inlet is not None else "no inlet: temperature per W"
+    for group in _models(gpus).values():
+        values = {g.label: per_watt(stats[g.uuid], inlet) for g in group}
+        known = [v for v in values.values() if v is not None]
+        if len(known) < 3:  # a median of two says nothing about which one is off
+            continue
+        median = statistics.median(known)
+        for label, value in values.items():
+            if value is None or median <= 0:
+                continue
+            above = round((value - median) / median * 100, 1)
+            finding = SIBLINGS.compare(label, exp, above, f"{label} degC/W against its siblings' median (%)")
+            finding.message += f" ({value:.4f} vs {median:.4f} degC/W, {basis})"
+            out.append(finding)
+    return out
+
+
+def _psu(recording: Recording, stats: dict[str, Steady], profile: Profile,
+         window: tuple[float, float]) -> list[Finding]:
+    exp = _exp(profile, "psu_input_ratio")
+    if exp is None:
+        return []
+    bmc = recording.bmc
+    if bmc is None or not bmc.t:
+        why = bmc.error if bmc is not None and bmc.error else "no BMC configured (--bmc URL)"
+        return [PSU.finding("node", Status.SKIP, exp.severity, f"PSU input under load: {why}",
+                            expected=exp.expected, reason=exp.reason)]
+    out = []
+    lost = [r for r, t in zip(bmc.redundancy, bmc.t, strict=False) if r and r != "redundant" and t >= window[0]]
+    if lost and bmc.redundancy and bmc.redundancy[0] == "redundant":
+        out.append(PSU.finding("node", Status.FAIL, Severity.CRITICAL,
+                               f"PSU redundancy was lost under load (BMC: {lost[0]})", observed=lost[0],
+                               expected="redundant", reason=exp.reason))
+    psu_w = bmc_median(bmc.psu_input_w, bmc.t, window)
+    gpu_w = sum(s.power_w for s in stats.values() if s.power_w is not None)
+    ratio = round(psu_w / gpu_w, 3) if psu_w is not None and gpu_w > 0 else None
+    finding = _observe(PSU, "node", exp, ratio, "PSU input / GPUs' summed draw under load",
+                       "no PSU input power from the BMC")
+    if ratio is not None:
+        finding.message += f" ({psu_w:.0f} W vs {gpu_w:.0f} W)"
+    out.append(finding)
+    return out
+
+
+_COUNTER_NAMES: dict[str, str] = {"ecc_uncorrected": "uncorrectable ECC", "ecc_corrected": "correctable ECC",
+                                  "pcie_replays": "PCIe replays", "nvlink_errors": "NVLink errors"}
+
+
+def _errors(recording: Recording, profile: Profile) -> list[Finding]:
+    exp = _exp(profile, "new_errors")
+    if exp is None:
+        return []
+    watched = "" if recording.xid_source == "nvml events" else f"; Xid not watched ({recording.xid_source})"
+    out = []
+    for gpu in recording.gpus:
+        label = gpu.label
+        if gpu.lost is not None:
+            out.append(ERRORS.finding(label, Status.FAIL, Severity.CRITICAL,
+                                      f"{label} ({gpu.uuid}) was lost at t={gpu.lost_at or 0:.1f} s "
+                                      f"({_phase_at(recording, gpu.lost_at)}): {gpu.lost}",
+                                      observed={"lost": gpu.lost, "at_s": gpu.lost_at}, expected="present",
+                                      reason=exp.reason))
+            continue
+        moved: dict[str, int] = {}
+        for key, name in _COUNTER_NAMES.items():
+            start, end = gpu.counters_start.get(key), gpu.counters_end.get(key)
+            if start is not None and end is not None and end > start:
+                moved[name] = end - start
+        xids = [x["code"] for x in recording.xids if x.get("uuid") == gpu.uuid]
+        if xids:
+            moved["Xid"] = len(xids)
+        finding = ERRORS.compare(label, exp, sum(moved.values()), f"{label} new errors during the run")
+        if moved:
+            finding.message = (f"{label}: new during the run: "
+                               + ", ".join(f"{name} +{n}" for name, n in moved.items())
+                               + (f" (Xid {', '.join(map(str, sorted(set(xids))))})" if xids else ""))
+            finding.observed = moved
+        else:
+            finding.message += watched
+        out.append(finding)
+    return out
+
+
+def _phase_at(recording: Recording, t: float | None) -> str:
+    for name, span in recording.phases.items():
+        if t is not None and len(span) == 2 and span[0] <= t <= span[1]:
+            return f"during {name}"
+    return "after the phases"
+

@@ -1,0 +1,86 @@
+"""A hostile BMC's storage (issue 22 item 7): the walk and the parser stay bounded, odd values judge nothing.
+
+The BMC lists 5,000 drives in one Storage, sends slot labels of 100,000 characters, media life of
+1e308, NaN-as-text, -5 and 150 %, FailurePredicted as a string, and a Volume whose Links.Drives
+holds 10,000 links. The audit must read at most MAX_DRIVES drives, keep short labels, judge no
+nonsense number and never fail on an absent bay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent.facts import BmcFacts
+from agent.model import Status
+from agent.profiles import ProfileStore
+from agent.sources.redfish import RecordedRedfish, read_redfish
+from agent.sources.redfish_storage import TEXT_CHARS
+from agent.sources.redfish_walk import MAX_DRIVES
+from checks.bmc_storage import DRIVES, MEDIA_LIFE, VOLUMES
+from tests.factories import node_of
+
+STORAGE = "/redfish/v1/Systems/1/Storage/RAID"
+LIVES: list[Any] = [1e308, "NaN", -5, 150, "99", None]
+
+
+class HostileStorageBmc(RecordedRedfish):
+    """Serves a minimal service whose storage is hostile; everything else is 404."""
+
+    def __init__(self) -> None:
+        super().__init__(Path("/nonexistent"))
+
+    def get(self, path: str, expand: str | None = None) -> dict[str, Any]:
+        self.requests += 1
+        bodies: dict[str, dict[str, Any]] = {
+            "/redfish/v1": {"@odata.id": "/redfish/v1", "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot",
+                            "Systems": {"@odata.id": "/redfish/v1/Systems"}},
+            "/redfish/v1/Systems": {"@odata.id": "/redfish/v1/Systems", "@odata.type": "#ComputerSystemCollection."
+                                    "ComputerSystemCollection", "Members": [{"@odata.id": "/redfish/v1/Systems/1"}],
+                                    "Members@odata.count": 1},
+            "/redfish/v1/Systems/1": {"@odata.id": "/redfish/v1/Systems/1",
+                                      "@odata.type": "#ComputerSystem.v1_10_0.ComputerSystem",
+                                      "Storage": {"@odata.id": "/redfish/v1/Systems/1/Storage"}},
+            "/redfish/v1/Systems/1/Storage": {"@odata.id": "/redfish/v1/Systems/1/Storage",
+                                              "@odata.type": "#StorageCollection.StorageCollection",
+                                              "Members": [{"@odata.id": STORAGE}], "Members@odata.count": 1},
+            STORAGE: {"@odata.id": STORAGE, "@odata.type": "#Storage.v1_9_0.Storage",
+                      "Drives": [{"@odata.id": f"{STORAGE}/Drives/{i}"} for i in range(5000)],
+                      "Volumes": {"@odata.id": f"{STORAGE}/Volumes"}},
+            f"{STORAGE}/Volumes": {"@odata.id": f"{STORAGE}/Volumes", "@odata.type": "#VolumeCollection."
+                                   "VolumeCollection", "Members": [{"@odata.id": f"{STORAGE}/Volumes/0"}],
+                                   "Members@odata.count": 1},
+            f"{STORAGE}/Volumes/0": {"@odata.id": f"{STORAGE}/Volumes/0", "@odata.type": "#Volume.v1_9_0.Volume",
+                                     "Name": "V" * 100_000, "Status": {"State": "Enabled", "Health": "OK"},
+                                     "Links": {"Drives": [{"@odata.id": f"{STORAGE}/Drives/{i}"}
+                                                          for i in range(10_000)]}},
+        }
+        if path in bodies:
+            return bodies[path]
+        if path.startswith(f"{STORAGE}/Drives/"):
+            index = int(path.rsplit("/", 1)[-1])
+            absent = index % 7 == 0
+            return {"@odata.id": path, "@odata.type": "#Drive.v1_17_0.Drive", "Id": str(index),
+                    "Name": "D" * 100_000,
+                    "Status": {"State": "Absent" if absent else "Enabled", "Health": "Critical" if absent else "OK"},
+                    "PhysicalLocation": {"PartLocation": {"ServiceLabel": f"Bay {index} " + "x" * 100_000}},
+                    "FailurePredicted": "yes" if index % 5 == 0 else False,
+                    "PredictedMediaLifeLeftPercent": LIVES[index % len(LIVES)]}
+        return super().get(path, expand)
+
+
+def test_a_hostile_storage_is_read_bounded_and_judges_nothing_absurd() -> None:
+    transport = HostileStorageBmc()
+    bmc, status, _ = read_redfish(lambda: transport, deadline_s=60)
+    assert isinstance(bmc, BmcFacts) and isinstance(bmc.drives, tuple) and isinstance(bmc.volumes, tuple)
+    assert len(bmc.drives) == MAX_DRIVES and transport.requests < MAX_DRIVES + 20
+    assert all(len(d.slot) <= TEXT_CHARS and len(d.name) <= TEXT_CHARS for d in bmc.drives)
+    assert len(bmc.volumes[0].name) <= TEXT_CHARS and len(bmc.volumes[0].drives) <= 64
+    lives = {d.life_left_pct for d in bmc.drives}
+    assert lives <= {None, 99.0}  # 1e308, NaN, -5 and 150 % are no media life
+    assert any("FailurePredicted" in p for p in bmc.problems)  # "yes" is recorded as unusable, not believed
+    facts = node_of(bmc, status)
+    profile = ProfileStore().profile("generic-nvidia")
+    findings = [f for check in (DRIVES, MEDIA_LIFE, VOLUMES) for f in check.run(facts, profile)]
+    assert not any(f.status is Status.FAIL for f in findings)  # every Critical drive is an Absent bay
+    assert all(f.status is Status.PASS for f in findings if f.check == "bmc.storage.media_life")

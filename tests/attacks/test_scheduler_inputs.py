@@ -1,0 +1,136 @@
+"""Hostile input to the scheduler gate (issue 24): the state file, the acceptance result, Slurm's
+answers (a hung, flooding or lying scontrol/sinfo) and the node name. None may drain or resume on
+bad evidence, hang past its bounds, or put unsafe text into a Slurm reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.scheduler.answer import Answer
+from agent.scheduler.settings import HealthSettings
+from agent.scheduler.slurm import decide, reason_for
+from agent.scheduler.state import accepted_since, read_state
+
+NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))
+GOOD = {"schema": "nodewarden.health/v1", "verdict": "DRAIN", "gpus": {},
+        "actions": [{"action": "drain", "drains": True, "severity": "critical", "checks": ["gpu.lost"],
+                     "subjects": ["gpu7"], "message": "GPU 7 lost"}]}
+
+
+def state_dir(tmp_path: Path, doc: object | bytes) -> Path:
+    folder = tmp_path / "state" / "scheduler"
+    folder.mkdir(parents=True, mode=0o700)
+    (tmp_path / "state").chmod(0o700)
+    (folder / "daemon.json").write_bytes(doc if isinstance(doc, bytes) else json.dumps(doc).encode())
+    return tmp_path / "state"
+
+
+@pytest.mark.parametrize(("doc", "why"), [
+    (b"{" * 100_000, "unreadable"),  # deep
+    (b'{"a": "' + b"x" * (300 << 10) + b'"}', "unreadable"),  # big
+    ({**GOOD, "confirmed_at": time.time() + 3600}, "from the future"),
+    ({**GOOD, "confirmed_at": "now"}, "no confirmed_at"),
+    ({**GOOD, "confirmed_at": float("1e300")}, "no confirmed_at"),
+    ({**GOOD, "confirmed_at": time.time(), "verdict": "FINE"}, "no known verdict"),
+    ({**GOOD, "confirmed_at": time.time(), "actions": "drain"}, "actions is not a list"),
+    ({**GOOD, "confirmed_at": time.time(), "actions": [{"action": 7}]}, "not a string"),
+    ({**GOOD, "confirmed_at": time.time(), "schema": "other/v1"}, "not a nodewarden.health/v1"),
+    ([1, 2], "not an object"),
+])
+def test_a_hostile_state_file_gives_no_verdict(tmp_path: Path, doc: object, why: str) -> None:
+    answer = read_state(state_dir(tmp_path, doc), None)
+    assert answer is not None and answer.verdict is None
+    assert why in answer.why
+
+
+def test_a_reason_never_carries_unsafe_text() -> None:
+    answer = Answer("DRAIN", "state file", actions=[{
+        "action": "drain", "drains": True, "checks": ["gpu.lost"], "subjects": ["gpu7"],
+        "message": "lost\n\"quoted\" $(reboot) `x` ' ; Reason=other\x1b[31m" + "y" * 500}])
+    reason = reason_for(answer)
+    assert reason.startswith("nodewarden: gpu.lost gpu7: lost ")
+    assert len(reason) <= 100 and reason.isascii() and reason.isprintable()
+    assert not set(reason) & set("\n\"'`$\x1b")
+
+
+def fake_tools(tmp_path: Path, scontrol: str, sinfo: str) -> HealthSettings:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("scontrol", scontrol), ("sinfo", sinfo)):
+        (bin_dir / name).write_text("#!/bin/sh\n" + body + "\n")
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "state").mkdir(mode=0o700, exist_ok=True)
+    return HealthSettings(state_dir=tmp_path / "state", slurm_bin_dir=bin_dir, slurm_timeout_s=1.0)
+
+
+SHOW = "echo 'NodeName=n1 Arch=x86_64 State=IDLE ThreadsPerCore=1 Partitions=gpu'"
+DRAIN = Answer("DRAIN", "state file", actions=GOOD["actions"])  # type: ignore[arg-type]
+
+
+def test_a_hung_scontrol_is_cut_at_its_timeout_and_nothing_is_done(tmp_path: Path) -> None:
+    settings = fake_tools(tmp_path, "exec sleep 60", "echo")
+    started = time.monotonic()
+    decision = decide(DRAIN, "n1", settings, dry_run=False)
+    assert time.monotonic() - started < 5
+    assert decision.action == "failed" and "timed out after 1 s" in decision.why
+
+
+def test_a_flooding_sinfo_is_cut_and_the_drain_withheld(tmp_path: Path) -> None:
+    log = tmp_path / "updates"
+    settings = fake_tools(tmp_path, f'[ "$1" = update ] && echo "$@" >>{log}; {SHOW}',
+                          "exec yes 'n2|nodewarden: x'")
+    decision = decide(DRAIN, "n1", settings, dry_run=False)
+    assert decision.action == "failed" and "more than" in decision.why
+    assert not log.exists()
+
+
+def test_a_foreign_reason_that_merely_mentions_us_is_not_ours(tmp_path: Path) -> None:
+    log = tmp_path / "updates"
+    settings = fake_tools(tmp_path, f'[ "$1" = update ] && echo "$@" >>{log}; '
+                          "echo 'NodeName=n1 State=IDLE+DRAIN Partitions=gpu'",
+                          "echo 'n1|maint: nodewarden: said so'")
+    healthy = Answer("OK", "state file")
+    for answer in (healthy, healthy, DRAIN):
+        decision = decide(answer, "n1", settings, dry_run=False)
+        assert decision.action == "none" and "not nodewarden's" in decision.why
+    assert not log.exists()
+
+
+def test_a_node_name_that_is_not_a_slurm_name_is_refused(tmp_path: Path) -> None:
+    for name in ("a b", "../../etc/passwd", "n1;reboot", "x" * 65, "-rf", ".."):
+        done = subprocess.run([NODEWARDEN, "health-check", "--slurm", "--dry-run", "--node", name,
+                               "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=30,
+                              check=False)
+        assert done.returncode == 2, (name, done.stdout, done.stderr)
+        assert "a Slurm node name" in done.stderr
+
+
+@pytest.mark.parametrize("doc", [
+    {"passed": "true", "finished_at": "2030-01-01T00:00:00Z"},
+    {"passed": True, "finished_at": 12},
+    {"passed": True, "finished_at": "x" * 100},
+    {"passed": True},
+    ["passed"],
+])
+def test_a_malformed_acceptance_result_never_allows_a_resume(tmp_path: Path, doc: object) -> None:
+    (tmp_path / "accept").mkdir()
+    (tmp_path / "accept" / "last.json").write_text(json.dumps(doc))
+    passed, _ = accepted_since(tmp_path, 0.0)
+    assert passed is False
+
+
+def test_an_acceptance_result_someone_else_owns_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / "accept").mkdir()
+    last = tmp_path / "accept" / "last.json"
+    last.write_text(json.dumps({"passed": True, "finished_at": "2030-01-01T00:00:00Z"}))
+    assert accepted_since(tmp_path, 0.0)[0] is True
+    os.chown(last, 65534, 65534)
+    passed, why = accepted_since(tmp_path, 0.0)
+    assert passed is False and "not root's" in why

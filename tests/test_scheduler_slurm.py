@@ -1,0 +1,207 @@
+"""`nodewarden health-check --slurm` against a real one-node Slurm cluster (tests/peers/slurm.py).
+
+The command runs as slurmd runs it: an environment with only SLURMD_NODENAME and PWD (no PATH, no
+SLURM_CONF: the config names slurm.conf), and the drains are read back with sinfo.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.peers.slurm import EXTRA_NODES, TOOLS, SlurmCluster, slurm_cluster  # noqa: F401 - the fixture
+
+REPO = Path(__file__).resolve().parents[1]
+NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))
+HEALTHY, LOST_GPU = "hgx-h100-healthy", "hgx-h100-drifted"
+EXIT_OK, EXIT_BAD, EXIT_UNKNOWN = 0, 1, 3
+
+
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:  # noqa: F811
+    slurm_cluster.reset()
+    yield slurm_cluster
+    slurm_cluster.reset()
+
+
+def write_config(tmp_path: Path, cluster: SlurmCluster, **health: object) -> Path:
+    config = tmp_path / "config.yaml"
+    lines = [f"state_dir: {tmp_path / 'state'}", "health_check:", f"  slurm_conf: {cluster.conf}"]
+    lines += [f"  {key}: {json.dumps(value)}" for key, value in health.items()]
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def health_check(cluster: SlurmCluster, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command as slurmd runs it: no PATH, no SLURM_CONF."""
+    return subprocess.run([NODEWARDEN, "health-check", "--slurm", "--config", str(config), *args],
+                          env={"SLURMD_NODENAME": cluster.node, "PWD": "/"}, cwd="/", capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def trail(tmp_path: Path) -> list[dict[str, object]]:
+    path = tmp_path / "state" / "scheduler" / "decisions.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_lost_gpu_drains_and_healthy_resumes_after_hysteresis(cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path, cluster)
+    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    assert done.returncode == EXIT_BAD, done.stdout + done.stderr
+    state, reason = cluster.state()
+    assert state == "drained" and reason.startswith("nodewarden: gpu.lost gpu7"), (state, reason)
+    assert trail(tmp_path)[-1]["action"] == "drain"
+
+    first = health_check(cluster, config, "--simulate", HEALTHY)  # 1 of 2: still drained
+    assert first.returncode == EXIT_OK, first.stdout + first.stderr
+    assert "healthy 1 of 2" in first.stdout
+    assert cluster.state() == ("drained", reason)
+    second = health_check(cluster, config, "--simulate", HEALTHY)
+    assert second.returncode == EXIT_OK, second.stdout + second.stderr
+    assert cluster.state()[1] == "", cluster.state()
+    assert cluster.state()[0] in ("idle", "mixed")
+    assert [e["action"] for e in trail(tmp_path)] == ["drain", "none", "resume"]
+
+
+def test_an_admins_drain_survives_critical_and_healthy_checks(cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path, cluster, resume_after=1)
+    cluster.drain(cluster.node, "maint: PSU swap")
+    for simulate in (LOST_GPU, HEALTHY, HEALTHY):
+        done = health_check(cluster, config, "--simulate", simulate)
+        assert "not nodewarden's: left alone" in done.stdout, done.stdout + done.stderr
+        assert cluster.state() == ("drained", "maint: PSU swap")
+
+
+def test_a_degraded_node_is_not_drained(cluster: SlurmCluster, tmp_path: Path) -> None:
+    snapshot = tmp_path / "degraded"
+    shutil.copytree(REPO / "fixtures" / "nodes" / HEALTHY, snapshot)
+    (snapshot / "fs/proc/sys/vm/zone_reclaim_mode").write_text("1\n")  # tuning drift only
+    done = health_check(cluster, write_config(tmp_path, cluster), "--snapshot", str(snapshot))
+    assert done.returncode == EXIT_OK, done.stdout + done.stderr
+    assert done.stdout.startswith("DEGRADED")
+    assert cluster.state() == ("idle", "")
+
+
+def test_the_breaker_holds_when_the_partition_has_too_many_nodewarden_drains(
+        cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path, cluster, breaker_percent=25, breaker_min_nodes=1)  # 8 nodes: limit 2
+    cluster.drain(EXTRA_NODES[0], "nodewarden: gpu.lost gpu1: elsewhere")
+    cluster.drain(EXTRA_NODES[1], "nodewarden: gpu.lost gpu2: elsewhere")
+    cluster.drain(EXTRA_NODES[2], "maint: not ours, not counted")
+    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    assert "circuit breaker open: partition gpu has 2 of 8 nodes" in done.stdout, done.stdout + done.stderr
+    assert cluster.state() == ("idle", "")
+    assert trail(tmp_path)[-1]["action"] == "breaker"
+    decision = json.loads((tmp_path / "state/scheduler/decision.json").read_text())
+    assert decision["action"] == "breaker"
+    cluster.resume(EXTRA_NODES[1])  # one fewer: below the limit, the drain goes ahead
+    health_check(cluster, config, "--simulate", LOST_GPU)
+    assert cluster.state()[1].startswith("nodewarden:")
+
+
+def test_our_reason_follows_the_worst_finding(cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path, cluster)
+    cluster.drain(cluster.node, "nodewarden: gpu.xid gpu3: an older finding")
+    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    assert "worst finding changed" in done.stdout, done.stdout + done.stderr
+    assert cluster.state()[1].startswith("nodewarden: gpu.lost gpu7")
+
+
+def test_a_stale_state_file_decides_nothing(cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path, cluster)
+    folder = tmp_path / "state" / "scheduler"
+    folder.mkdir(parents=True, mode=0o700)
+    (tmp_path / "state").chmod(0o700)
+
+    def stale(simulate: str, verdict: str) -> None:  # a daemon replaying what the check replays, gone quiet
+        path = (REPO / "fixtures" / "nodes" / simulate).resolve()
+        (folder / "daemon.json").write_text(json.dumps({
+            "schema": "nodewarden.health/v1", "verdict": verdict, "actions": [], "gpus": {},
+            "reading": f"simulated:{path}", "confirmed_at": time.time() - 3600, "fresh_for_s": 180}))
+
+    stale(LOST_GPU, "DRAIN")
+    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    assert done.returncode == EXIT_UNKNOWN, done.stdout + done.stderr
+    assert "state file stale" in done.stdout
+    assert cluster.state() == ("idle", "")
+    cluster.drain(cluster.node, "nodewarden: gpu.lost gpu7: ours")  # nor is our own drain resumed
+    stale(HEALTHY, "OK")
+    for _ in range(3):
+        done = health_check(cluster, config, "--simulate", HEALTHY)
+        assert done.returncode == EXIT_UNKNOWN and "state file stale" in done.stdout
+    assert cluster.state() == ("drained", "nodewarden: gpu.lost gpu7: ours")
+
+
+def test_the_deadline_decides_nothing(cluster: SlurmCluster, tmp_path: Path) -> None:
+    done = health_check(cluster, write_config(tmp_path, cluster), "--simulate", LOST_GPU, "--deadline", "0.001")
+    assert done.returncode == EXIT_UNKNOWN, done.stdout + done.stderr
+    assert "deadline hit" in done.stdout
+    assert cluster.state() == ("idle", "")
+    assert trail(tmp_path)[-1]["action"] == "unknown"
+
+
+def test_dry_run_prints_the_command_and_changes_nothing(cluster: SlurmCluster, tmp_path: Path) -> None:
+    done = health_check(cluster, write_config(tmp_path, cluster), "--simulate", LOST_GPU, "--dry-run")
+    assert f"would run: {TOOLS['scontrol']} update NodeName={cluster.node} State=DRAIN 'Reason=nodewarden: " \
+           "gpu.lost gpu7" in done.stdout, done.stdout + done.stderr
+    assert cluster.state() == ("idle", "")
+    assert not (tmp_path / "state" / "scheduler" / "decisions.jsonl").exists()
+
+
+def test_slurmd_runs_it_as_health_check_program(cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path, cluster)
+    lock = tmp_path / "hc.lock"  # held by each run slurmd starts, so the test can wait the last one out
+    cluster.health_check.write_text(  # absolute paths: slurmd gives no PATH
+        f"#!/bin/sh\nexec /usr/bin/flock {lock} {NODEWARDEN} health-check --slurm --config {config} "
+        f"--simulate {LOST_GPU} >>{tmp_path / 'hc.log'} 2>&1\n")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not cluster.state()[1].startswith("nodewarden:"):
+            time.sleep(0.2)
+        log = (tmp_path / "hc.log").read_text() if (tmp_path / "hc.log").exists() else "(never ran)"
+        assert cluster.state()[1].startswith("nodewarden: gpu.lost gpu7"), log
+        written = tmp_path / "state" / "scheduler" / "decisions.jsonl"
+        while time.monotonic() < deadline and not written.exists():  # the trail follows the scontrol call
+            time.sleep(0.1)
+        assert trail(tmp_path)[0]["node"] == cluster.node  # from SLURMD_NODENAME
+    finally:
+        cluster.health_check.write_text("#!/bin/sh\nexit 0\n")
+        with lock.open("a") as held:  # a run already started finishes before the next test looks
+            fcntl.flock(held, fcntl.LOCK_EX)
+
+
+def test_require_accept_holds_the_resume_until_a_passing_run(cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path, cluster, resume_after=1, require_accept=True)
+    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    drained = cluster.state()
+    assert drained[1].startswith("nodewarden:"), done.stdout + done.stderr
+    accept = tmp_path / "state" / "accept"
+    accept.mkdir(mode=0o700)
+    (accept / "last.json").write_text(json.dumps({"passed": True, "finished_at": "2020-01-01T00:00:00Z"}))
+    done = health_check(cluster, config, "--simulate", HEALTHY)
+    assert "resume waits for acceptance: no acceptance run since the drain" in done.stdout, done.stdout
+    assert cluster.state() == drained
+    (accept / "last.json").write_text(json.dumps({"passed": True, "finished_at": time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))}))
+    done = health_check(cluster, config, "--simulate", HEALTHY)
+    assert "resuming our drain" in done.stdout, done.stdout
+    assert cluster.state()[1] == ""
+
+
+def test_require_accept_counts_from_now_for_a_drain_it_did_not_see(cluster: SlurmCluster, tmp_path: Path) -> None:
+    config = write_config(tmp_path, cluster, resume_after=1, require_accept=True)
+    cluster.drain(cluster.node, "nodewarden: gpu.lost gpu7: from another state dir")
+    accept = tmp_path / "state" / "accept"
+    accept.mkdir(parents=True, mode=0o700)
+    (accept / "last.json").write_text(json.dumps({"passed": True, "finished_at": "2026-01-01T00:00:00Z"}))
+    done = health_check(cluster, config, "--simulate", HEALTHY)
+    assert "no acceptance run since the drain" in done.stdout, done.stdout + done.stderr
+    assert cluster.state()[0] == "drained"
