@@ -7,12 +7,10 @@ BMC or the simulated node's recorded Redfish tree, a silent listener as a BMC th
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,18 +102,12 @@ def daemon_findings(body: str) -> set[tuple[str, str, str]]:
 
 
 def audit_findings(*args: str) -> set[tuple[str, str, str]]:
-    result = subprocess.run([sys.executable, "-m", "agent", "audit", *args, "--format", "json"], cwd=REPO,
+    """The one-shot audit's findings as its textfile output names them (the same labels as /metrics)."""
+    result = subprocess.run([sys.executable, "-m", "agent", "audit", *args, "--format", "prom"], cwd=REPO,
                             capture_output=True, text=True, timeout=120, check=False,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert result.returncode in (0, 1), result.stderr
-    report = json.loads(result.stdout)
-    seen: dict[tuple[str, str], str] = {}
-    counts: Counter[tuple[str, str]] = Counter()
-    for f in report["findings"]:  # the exposition keeps the first finding per (check, subject)
-        seen.setdefault((f["check"], f["subject"]), f["status"])
-        counts[(f["check"], "waived" if f["waiver"] else f["status"])] += 1
-    return {(check, subject, status) for (check, subject), status in seen.items() if status not in ("pass", "skip")} | {
-        (check, "*", f"{status}: {n}") for (check, status), n in counts.items()}
+    return daemon_findings(result.stdout)
 
 
 def test_many_cycles_of_every_poller_judge_as_a_one_shot_audit(tmp_path: Path) -> None:

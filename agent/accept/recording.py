@@ -8,7 +8,6 @@ filled): types, lengths and the number of GPUs and samples are bounded before an
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -108,6 +107,8 @@ class Steady:
 
 def _median(values: Sequence[Any]) -> float | None:
     numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    import statistics  # imported when a recording is judged: the audit imports this module and never needs it
+
     return statistics.median(numbers) if numbers else None
 
 

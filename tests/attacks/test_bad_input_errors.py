@@ -61,10 +61,10 @@ def test_a_300_character_redfish_id_is_refused_and_the_capture_completes(tmp_pat
 
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs (the tests run as root), unmounted afterwards."""
+    """A 64 KiB tmpfs (the tests run as root), unmounted afterwards: smaller than even the compressed capture."""
     mount = tmp_path / "small"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
     try:
         yield mount
     finally:
