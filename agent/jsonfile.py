@@ -86,6 +86,19 @@ def load_json_bytes(data: bytes | str, *, what: str, max_bytes: int = MAX_BYTES,
         raise JsonInputError(f"not usable JSON: {exc}", path=what) from None
 
 
+def read_fd(fd: int, max_bytes: int) -> bytes:
+    """At most max_bytes + 1 bytes from an open descriptor: one more than allowed tells the caller it is too big."""
+    chunks: list[bytes] = []
+    left = max_bytes + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_bounded(path: Path, max_bytes: int) -> bytes:
     """A regular file's bytes, at most `max_bytes + 1` of them; OSError as `open` raises it (EINVAL: not a file).
 
@@ -95,15 +108,7 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, max_bytes)
     finally:
         os.close(fd)
 

@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 
 from agent.errors import NodewardenError
+from agent.jsonfile import read_fd
 
 _WRITABLE = stat.S_IWGRP | stat.S_IWOTH
 _MAX_LINKS = 40  # as the kernel allows in one path
@@ -108,15 +109,7 @@ def read_trusted(path: Path, max_bytes: int, what: str, error: type[NodewardenEr
             raise error(f"the {what} is not a regular file", path=str(path))
         _judge(st, real, what, own_folder=True, error=error, named=str(path))
         check_folders(os.path.dirname(real), what, error, str(path))
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, max_bytes)
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror}", path=str(path)) from None
     finally:

@@ -43,7 +43,7 @@ from typing import Any
 from agent import __version__
 from agent.digest import sha256_hex
 from agent.errors import NodewardenError
-from agent.jsonfile import load_json_bytes, read_bounded
+from agent.jsonfile import load_json_bytes, read_bounded, read_fd
 from agent.trusted_input import read_trusted
 
 PathKey = tuple[str | int, ...]
@@ -268,18 +268,11 @@ def _read_entry(entry: Path) -> bytes | None:
         st = os.fstat(fd)
         if not (stat.S_ISREG(st.st_mode) and _safe(st)) or st.st_size > limit:
             return None
-        chunks, left = [], limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_fd(fd, limit)
     except OSError:
         return None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     return data if len(data) <= limit else None
 
 
