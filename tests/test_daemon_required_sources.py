@@ -70,8 +70,11 @@ def test_a_jump_host_daemon_exports_no_nvml_down_and_no_alert_fires(tmp_path: Pa
     with sushy_static(mockup("hpe-dl380a-gen11")) as bmc, running_daemon(
             tmp_path, "--snapshot", str(snap), "--config", str(config), "--bmc", bmc.url, "--bmc-user", "monitor",
             "--bmc-password-file", str(password)) as daemon:
+        # The sensor poll may answer before the inventory walk that lists the BMC's GPUs: wait for the walk.
         body = daemon.wait_for(lambda: next((b for s, b in [daemon.scrape()] if s == 200 and samples(
-            b, "nodewarden_source_up").get("redfish") == 1), None), what="the BMC read")
+            b, "nodewarden_source_up").get("redfish") == 1 and
+            'nodewarden_profile_info{profile="nvidia-pcie"} 1.0' in b), None),
+            what="the BMC's inventory walk and the profile its GPUs select")
     # Issue 22 item 9: the BMC lists 2 GPUs this host lacks and the host's identity is unreadable (no DMI):
     # the BMC's node is audited alone, so the host's sources are not in the audit (and NVML has no series).
     assert 'nodewarden_profile_info{profile="nvidia-pcie"} 1.0' in body
