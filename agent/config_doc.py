@@ -55,6 +55,11 @@ def example_config() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell: a bare `|` (enums, descriptions) would start a new column."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def reference_markdown() -> str:
     out = ["# Configuration reference", "",
            "Generated from `agent/config.py` by `python -m agent.config_doc > docs/config.md`; do not edit.",
@@ -63,7 +68,8 @@ def reference_markdown() -> str:
     for key, _depth, node in _keys(CONFIG_SCHEMA):
         default = f"`{json.dumps(node['default'])}`" if "default" in node else ""
         example = f" (e.g. `{json.dumps(node['examples'][0])}`)" if node.get("examples") else ""
-        out.append(f"| `{key}` | {_type(node)} | {default} | {node.get('description', '')}{example} |")
+        meaning = _cell(f"{node.get('description', '')}{example}")
+        out.append(f"| `{key}` | {_cell(_type(node))} | {_cell(default)} | {meaning} |")
     return "\n".join(out) + "\n"
 
 

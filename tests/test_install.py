@@ -102,6 +102,10 @@ def test_every_key_of_the_example_config_is_valid_when_uncommented() -> None:
 def test_the_config_reference_is_generated_from_the_schema() -> None:
     assert (REPO / "docs" / "config.md").read_text() == reference_markdown(), (
         "docs/config.md is stale: run `python -m agent.config_doc > docs/config.md`")
+    # Every row has the header's four cells: an enum's `a | b` must not open extra columns.
+    rows = [line for line in reference_markdown().splitlines() if line.startswith("| `")]
+    assert rows and all(len(re.split(r"(?<!\\)\|", row)) == 6 for row in rows), [
+        row for row in rows if len(re.split(r"(?<!\\)\|", row)) != 6]
 
 
 def test_units_point_at_the_documented_layout() -> None:
