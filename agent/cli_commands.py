@@ -333,13 +333,16 @@ def fleet() -> None:
               help="Waivers expiring within this are flagged.")
 @click.option("--thermal-delta", default=5.0, show_default=True, type=float, metavar="CELSIUS",
               help="A GPU this much hotter than its slot's fleet median is an outlier.")
+@click.option("--acceptance-stale-after", default="180d", show_default=True, metavar="DURATION",
+              help="A node's acceptance run older than this is stale: re-accept it (s, m, h, d).")
 @click.option("--expect-nodes", type=click.Path(path_type=Path, dir_okay=False, exists=True), metavar="FILE",
               help="Node names that must have reported, one per line (e.g. from the Ansible inventory).")
 @click.option("--now", "now_text", hidden=True, help="Judge ages as of this ISO time (tests).")
 def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, prometheus_timeout: float, prometheus_max_mb: int,
                  fmt: str, output: Path | None, stale_after: str, expiring_within: str, thermal_delta: float,
-                 expect_nodes: Path | None, now_text: str | None) -> None:
-    """Summarise audit JSON files or folders of them (as fleet-audit.yml collects them). Exit 2: no input."""
+                 acceptance_stale_after: str, expect_nodes: Path | None, now_text: str | None) -> None:
+    """Summarise audit JSON files or folders of them (as fleet-audit.yml collects them), with each node's
+    newest `nodewarden accept` JSON report among them. Exit 2: no input."""
     import datetime as dt
 
     from agent.fleet import FleetInputError, FleetOptions, build_report, input_files, progress_bar, read_reports
@@ -347,7 +350,7 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, prometheus_ti
     from agent.fsutil import write_output_stream
 
     options = FleetOptions(stale_after=_duration(stale_after), expiring_within=_duration(expiring_within),
-                           thermal_delta_c=thermal_delta)
+                           thermal_delta_c=thermal_delta, acceptance_stale_after=_duration(acceptance_stale_after))
     if now_text:
         options.now = dt.datetime.fromisoformat(now_text.replace("Z", "+00:00"))
     if expect_nodes is not None:
@@ -356,7 +359,7 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, prometheus_ti
     if not inputs and not prometheus:
         raise FleetInputError("no input: give audit JSON files or folders, or --prometheus URL")
     files, missing_inputs = input_files(inputs)
-    reader = read_reports(files, keep_rows=fmt == "csv", progress=progress_bar())
+    reader = read_reports(files, keep_rows=fmt == "csv", progress=progress_bar(), today=options.now.date())
     try:
         skipped = missing_inputs + reader.skipped
         if prometheus:
@@ -371,9 +374,9 @@ def fleet_report(inputs: tuple[Path, ...], prometheus: str | None, prometheus_ti
             raise FleetInputError(f"no usable audit report among {len(files)} file(s)"
                                   + (f" ({len(skipped)} skipped)" if skipped else ""))
         nodes = reader.records()
-        data = build_report(nodes, skipped, reader.duplicates(), options)
+        data = build_report(nodes, skipped, reader.duplicates(), options, reader.accepts, reader.accept_reports)
         chunks = {"json": lambda: iter_json(data), "md": lambda: iter_md(data), "html": lambda: iter_html(data),
-                  "csv": lambda: iter_csv(reader, nodes)}[fmt]()
+                  "csv": lambda: iter_csv(reader, nodes, data["nodes"])}[fmt]()
         if output is not None:
             write_output_stream(output, chunks)
         else:

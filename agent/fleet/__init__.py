@@ -10,13 +10,17 @@ renderers stream their output. A file that is corrupt, truncated, foreign,
 of another schema or holding values no report holds is skipped with a
 warning that the report lists; it never stops the report. A node that
 reported more than once counts once: its newest report wins and the
-duplicate is noted.
+duplicate is noted. A node's `nodewarden accept` JSON report among the inputs (the audit schema with an
+`acceptance` block) is not an audit: it is kept apart, the newest per node, and paired with the node's
+audit by name (`acceptance`).
 
-The parts: `records` (one report -> `NodeSummary` -> `NodeRecord`, the `Interner`), `reading`
-(files -> records, in worker processes), `figures` (records -> the fleet summary), `render` and
+The parts: `records` (one report -> `NodeSummary` -> `NodeRecord`, the `Interner`), `acceptance`
+(one accept report -> `AcceptRecord`, each node's acceptance as shown), `reading` (files -> records, in
+worker processes), `figures` (records -> the fleet summary), `render` (with `charts`, `heatmap`) and
 `prometheus`. Every public name is importable from `agent.fleet` too.
 """
 
+from agent.fleet.acceptance import AcceptRecord, is_acceptance, summarize_acceptance
 from agent.fleet.figures import FLEET_SCHEMA, FleetOptions, NodeRows, build_fleet, build_report
 from agent.fleet.reading import (
     MAX_DEPTH,
@@ -50,6 +54,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "REPORT_SCHEMA",
+    "AcceptRecord",
     "FindingRow",
     "FleetInputError",
     "FleetOptions",
@@ -63,10 +68,12 @@ __all__ = [
     "build_fleet",
     "build_report",
     "input_files",
+    "is_acceptance",
     "iter_rows",
     "newest_per_node",
     "progress_bar",
     "read_into",
     "read_reports",
+    "summarize_acceptance",
     "summarize_report",
 ]

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.fleet.acceptance import AcceptRecord, accept_section, node_acceptance
 from agent.fleet.records import NodeRecord, NodeSummary, Skipped, waiver_expiry
 from agent.names import natural_key
 
@@ -24,6 +25,7 @@ class FleetOptions:
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
     worst: int = 25
     heatmap_nodes: int = 1000  # rows of the thermal heat map (hottest first); every outlier stays in the JSON
+    acceptance_stale_after: dt.timedelta = dt.timedelta(days=180)  # then an SRE re-accepts the node
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
@@ -37,15 +39,22 @@ def _version_key(version: str) -> tuple[Any, ...]:
 class NodeRows:
     """The `nodes` table, worst first, made one row at a time (renderers stream it; len() is free)."""
 
-    def __init__(self, ordered: list[NodeRecord]) -> None:
+    def __init__(self, ordered: list[NodeRecord], accepts: dict[str, AcceptRecord] | None = None,
+                 options: FleetOptions | None = None) -> None:
         self.ordered = ordered
+        self.accepts = accepts  # None: no acceptance run among the inputs, rows without `acceptance`
+        self.options = options or FleetOptions()
 
     def __len__(self) -> int:
         return len(self.ordered)
 
+    def acceptance_of(self, node: str) -> dict[str, Any]:
+        rec = self.accepts.get(node) if self.accepts is not None else None
+        return node_acceptance(rec, self.options.now, self.options.acceptance_stale_after)
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for n in self.ordered:
-            yield {
+            row = {
                 "node": n.node,
                 "profile": n.profile,
                 "model": n.model,
@@ -54,6 +63,9 @@ class NodeRows:
                 "warn": n.warn,
                 "started_at": n.started_at.isoformat() if n.started_at else None,
             }
+            if self.accepts is not None:
+                row["acceptance"] = self.acceptance_of(n.node)
+            yield row
 
 
 def _impact(node: NodeRecord) -> tuple[int, int, int, str]:
@@ -70,9 +82,14 @@ def build_fleet(
 
 
 def build_report(
-    nodes: list[NodeRecord], skipped: list[Skipped], duplicates: list[dict[str, Any]], options: FleetOptions
+    nodes: list[NodeRecord], skipped: list[Skipped], duplicates: list[dict[str, Any]], options: FleetOptions,
+    accepts: dict[str, AcceptRecord] | None = None, accept_reports: int = 0,
 ) -> dict[str, Any]:
-    """The fleet summary from one record per node (by name); `nodes` is a `NodeRows` to stream."""
+    """The fleet summary from one record per node (by name); `nodes` is a `NodeRows` to stream.
+
+    `accepts` holds each node's newest acceptance run (agent.fleet.acceptance), paired by node name;
+    with no acceptance run among the inputs the report has no `acceptance` (audit-only fleets unchanged).
+    """
     today = options.now.date()
     nodes = [n.as_of(today) for n in nodes]  # waivers expired by the report's date no longer waive
     total = len(nodes)
@@ -231,7 +248,7 @@ def build_report(
         key=lambda r: (-len(r["sources"]), r["node"]),
     )
 
-    return {
+    fleet: dict[str, Any] = {
         "schema": FLEET_SCHEMA,
         "generated_at": options.now.isoformat(timespec="seconds"),
         "inputs": {
@@ -266,8 +283,12 @@ def build_report(
         "waivers": waivers,
         "not_audited": not_audited,
         "baselines": baselines,
-        "nodes": NodeRows(ordered),
     }
+    if accepts or accept_reports:
+        fleet["acceptance"] = accept_section([n.node for n in nodes], accepts or {}, accept_reports, options.now,
+                                             options.acceptance_stale_after)
+    fleet["nodes"] = NodeRows(ordered, (accepts or {}) if "acceptance" in fleet else None, options)
+    return fleet
 
 
 MAX_SIGNATURE_NODES = 20  # nodes named per failure signature; the rest are counted

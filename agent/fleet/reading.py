@@ -14,6 +14,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import IO, Any
 
+from agent.fleet.acceptance import MAX_ACCEPT_BYTES, AcceptRecord, is_acceptance, summarize_acceptance
 from agent.fleet.records import Interner, NodeRecord, NodeSummary, Skipped, summarize_report
 from agent.fleet.render import csv_rows
 from agent.jsonfile import JsonInputError, load_json_file
@@ -22,10 +23,11 @@ MAX_FILE_BYTES = 64 << 20  # an audit report is ~100 KB; anything this big is no
 MAX_DEPTH = 64  # a report nests ~6 deep (observed values are small objects)
 
 
-Result = tuple[NodeRecord, str | None] | Skipped  # a node (and its CSV rows when asked) or why not
+# A node (and its CSV rows when asked), a node's acceptance run, or why the file is skipped.
+Result = tuple[NodeRecord, str | None] | AcceptRecord | Skipped
 
 
-def _read_one(path: str, keep_rows: bool) -> Result:
+def _read_one(path: str, keep_rows: bool, today: dt.date | None = None) -> Result:
     """One file -> its record, or why it is skipped. Nothing in a file can stop the report."""
     try:
         size = os.path.getsize(path)
@@ -37,7 +39,11 @@ def _read_one(path: str, keep_rows: bool) -> Result:
     except OSError as exc:
         return Skipped(path, f"unreadable: {exc.strerror or exc}")
     try:
-        return _result(summarize_report(data, path, keep_rows), keep_rows)
+        if is_acceptance(data):  # an accept report shares the audit schema; its `acceptance` block tells it apart
+            if size > MAX_ACCEPT_BYTES:
+                return Skipped(path, f"{size} bytes: too big for an acceptance report")
+            return summarize_acceptance(data, path)
+        return _result(summarize_report(data, path, keep_rows), keep_rows, today)
     except ValueError as exc:
         return Skipped(path, str(exc)[:300])
     except (TypeError, OverflowError, ArithmeticError, RecursionError, LookupError, AttributeError) as exc:
@@ -45,14 +51,14 @@ def _read_one(path: str, keep_rows: bool) -> Result:
         return Skipped(path, f"not a usable audit report ({type(exc).__name__}: {str(exc)[:160]})")
 
 
-def _result(summary: NodeSummary, keep_rows: bool) -> tuple[NodeRecord, str | None]:
+def _result(summary: NodeSummary, keep_rows: bool, today: dt.date | None) -> tuple[NodeRecord, str | None]:
     if not keep_rows:
         return NodeRecord(summary), None
-    return NodeRecord(summary), csv_rows(summary)
+    return NodeRecord(summary), csv_rows(summary, today)
 
 
-def _read_chunk(paths: list[str], keep_rows: bool) -> list[Result]:
-    return [_read_one(p, keep_rows) for p in paths]
+def _read_chunk(paths: list[str], keep_rows: bool, today: dt.date | None = None) -> list[Result]:
+    return [_read_one(p, keep_rows, today) for p in paths]
 
 
 def input_files(inputs: Iterable[Path]) -> tuple[list[str], list[Skipped]]:
@@ -78,11 +84,16 @@ class FleetReader:
     A node that reported more than once keeps only its newest report (then the greater file
     name), as `newest_per_node` decides; the others are remembered by file name only. With
     `keep_rows` (CSV), each node's rendered rows go to an unnamed temporary spool file and the
-    record keeps their offset, so memory stays per node whatever the number of findings.
+    record keeps their offset, so memory stays per node whatever the number of findings. `today`
+    is the report's date: a waiver expired by then says `expired` in the CSV. Acceptance runs are
+    kept apart in `accepts`, the newest per node.
     """
 
-    def __init__(self, keep_rows: bool = False) -> None:
+    def __init__(self, keep_rows: bool = False, today: dt.date | None = None) -> None:
         self.keep_rows = keep_rows
+        self.today = today or dt.datetime.now(dt.timezone.utc).date()
+        self.accepts: dict[str, AcceptRecord] = {}
+        self.accept_reports = 0
         self.intern = Interner()
         self.by_name: dict[str, NodeRecord] = {}
         self.ignored: dict[str, list[tuple[tuple[dt.datetime, str], str]]] = {}
@@ -94,6 +105,12 @@ class FleetReader:
         if isinstance(result, Skipped):
             self.skipped.append(result)
             return
+        if isinstance(result, AcceptRecord):
+            self.accept_reports += 1
+            held = self.accepts.get(result.node)
+            if held is None or result.key() > held.key():  # the newest acceptance run of a node wins
+                self.accepts[result.node] = result
+            return
         rec, rows = result
         if rows is not None and self.spool is not None:
             data = rows.encode("utf-8", "surrogatepass")
@@ -103,7 +120,7 @@ class FleetReader:
         self.add_record(rec)
 
     def add_summary(self, summary: NodeSummary) -> None:
-        self.add(_result(summary, self.keep_rows))
+        self.add(_result(summary, self.keep_rows, self.today))
 
     def add_record(self, rec: NodeRecord) -> None:
         self.reports += 1
@@ -152,11 +169,11 @@ def read_into(
     chunks = [files[i : i + chunk] for i in range(0, len(files), chunk)]
     done = 0
     if workers <= 1 or len(chunks) <= 1:
-        outputs: Iterator[list[Result]] = (_read_chunk(part, reader.keep_rows) for part in chunks)
+        outputs: Iterator[list[Result]] = (_read_chunk(part, reader.keep_rows, reader.today) for part in chunks)
         pool = None
     else:
         pool = futures.ProcessPoolExecutor(max_workers=workers)
-        outputs = pool.map(_read_chunk, chunks, [reader.keep_rows] * len(chunks))
+        outputs = pool.map(_read_chunk, chunks, [reader.keep_rows] * len(chunks), [reader.today] * len(chunks))
     try:
         for part, out in zip(chunks, outputs, strict=True):
             for result in out:
@@ -175,9 +192,10 @@ def read_reports(
     keep_rows: bool = False,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    today: dt.date | None = None,
 ) -> FleetReader:
     """Every file folded into a new `FleetReader` (the caller closes it)."""
-    return read_into(FleetReader(keep_rows), files, workers, progress)
+    return read_into(FleetReader(keep_rows, today), files, workers, progress)
 
 
 def newest_per_node(nodes: list[NodeSummary]) -> tuple[list[NodeSummary], list[dict[str, Any]]]:

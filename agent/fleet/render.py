@@ -10,6 +10,7 @@ Markdown and HTML are escaped.
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import html
 import io
 import itertools
@@ -18,10 +19,14 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agent.fleet.acceptance import accept_counts, accept_rank, attention, csv_cells, describe, html_cell
+from agent.fleet.charts import bar_chart, stacked_bar
 from agent.fleet.heatmap import heatmap_svg, signatures_table
+from agent.fleet.records import waiver_expired
 from agent.sanitise import clean, clean_value, csv_row, md_cell
 
 if TYPE_CHECKING:  # the renderers take agent.fleet's records
+    from agent.fleet.figures import NodeRows
     from agent.fleet.records import NodeRecord, NodeSummary
 
 
@@ -94,8 +99,12 @@ def render_json(fleet: dict[str, Any]) -> str:
 CSV_HEADER = "node,profile,started_at,check,subject,status,severity,waived,observed,expected,message\n"
 
 
-def csv_rows(node: NodeSummary) -> str:
-    """One node's CSV rows (a row per finding, no header); made in the worker that read the node."""
+def csv_rows(node: NodeSummary, today: dt.date | None = None) -> str:
+    """One node's CSV rows (a row per finding, no header); made in the worker that read the node.
+
+    `waived` is yes, no, or `expired` for a waiver whose day passed before `today` (the report's
+    date): it no longer waives, as the table and JSON say (issue 26 item 4).
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     started = node.started_at.isoformat() if node.started_at else ""
@@ -108,7 +117,7 @@ def csv_rows(node: NodeSummary) -> str:
             row.subject,
             row.status,
             row.severity,
-            "yes" if row.waived else "no",
+            _waived(row.waiver, today) if row.waived else "no",
             _cell(row.observed),
             _cell(row.expected),
             row.message,
@@ -117,15 +126,25 @@ def csv_rows(node: NodeSummary) -> str:
     return out.getvalue()
 
 
-def render_csv(nodes: list[NodeSummary]) -> str:
-    return CSV_HEADER + "".join(csv_rows(node) for node in nodes)
+def _waived(waiver: dict[str, Any] | None, today: dt.date | None) -> str:
+    return "expired" if today is not None and waiver and waiver_expired(waiver.get("expires"), today) else "yes"
 
 
-def iter_csv(reader: RowSource, records: list[NodeRecord]) -> Iterator[str]:
-    """The CSV of the nodes kept, by name, from the rows the reader spooled as they arrived."""
+def render_csv(nodes: list[NodeSummary], today: dt.date | None = None) -> str:
+    return CSV_HEADER + "".join(csv_rows(node, today) for node in nodes)
+
+
+def iter_csv(reader: RowSource, records: list[NodeRecord], rows: NodeRows | None = None) -> Iterator[str]:
+    """The CSV of the nodes kept, by name, from the rows the reader spooled as they arrived; with `rows`
+    (the fleet's `nodes`), each node's acceptance follows as one more row, check `acceptance`."""
     yield CSV_HEADER
     for rec in records:
         yield reader.csv_rows(rec)
+        if rows is not None and rows.accepts is not None:
+            out = io.StringIO()
+            csv.writer(out, lineterminator="\n").writerow(csv_row(csv_cells(rec.node, rec.profile,
+                                                                            rows.acceptance_of(rec.node))))
+            yield out.getvalue()
 
 
 def _cell(value: Any) -> str:
@@ -247,6 +266,10 @@ def iter_md(fleet: dict[str, Any]) -> Iterator[str]:
             [[r["node"], r["subject"], r["status"], r["message"]] for r in b["drifting"]],
         )
     )
+    if "acceptance" in fleet:
+        listed = sorted(fleet["nodes"], key=lambda r: (accept_rank(r["acceptance"]), r["node"]))
+        parts.append(f"## Acceptance\n\n{accept_counts(fleet['acceptance'])}\n\n" + _md_table(
+            ["node", "acceptance"], [[r["node"], describe(r["acceptance"])] for r in listed]))
     expired = [r for r in fleet["waivers"] if r.get("expired")]
     parts.append(
         "## Waivers\n\n"
@@ -332,53 +355,6 @@ def _table(
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
 
 
-def bar_chart(items: list[tuple[str, float, str]], title: str, maximum: float | None = None, unit: str = "") -> str:
-    """Horizontal bars: (label, value, css color)."""
-    if not items:
-        return ""
-    width, bar_h, label_w = 760, 18, 260
-    top = max(maximum or 0, *(v for _, v, _ in items)) or 1
-    height = 24 + len(items) * (bar_h + 6)
-    parts = [
-        f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
-        f'<text x="0" y="14" font-weight="600">{_e(title)}</text>',
-    ]
-    for i, (label, value, color) in enumerate(items):
-        y = 24 + i * (bar_h + 6)
-        length = max(1.0, (width - label_w - 70) * value / top)
-        parts.append(
-            f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end">{_e(label[:40])}</text>'
-            f'<rect x="{label_w}" y="{y}" width="{length:.1f}" height="{bar_h}" fill="{color}"/>'
-            f'<text x="{label_w + length + 4:.1f}" y="{y + 13}">{value:g}{_e(unit)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def stacked_bar(component: str, versions: list[dict[str, Any]]) -> str:
-    """One component's versions as shares of its nodes (oldest first)."""
-    palette = ["#b00020", "#e07b00", "#c9a400", "#5b8def", "#2e7d32", "#6a4c93", "#00838f", "#8d6e63"]
-    total = sum(v["nodes"] for v in versions) or 1
-    width, height = 760, 36
-    x = 0.0
-    parts = [
-        f'<svg role="img" aria-label="{_e(component)} versions" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    for i, version in enumerate(versions):
-        share = width * version["nodes"] / total
-        parts.append(
-            f'<rect x="{x:.1f}" y="0" width="{share:.1f}" height="18" fill="{palette[i % len(palette)]}">'
-            f"<title>{_e(version['version'])}: {version['nodes']} nodes</title></rect>"
-        )
-        if share > 60:
-            parts.append(f'<text x="{x + 3:.1f}" y="31">{_e(version["version"])} ({version["nodes"]})</text>')
-        x += share
-    parts.append("</svg>")
-    return "".join(parts)
-
-
 def render_html(fleet: dict[str, Any]) -> str:
     return "".join(iter_html(fleet))
 
@@ -399,6 +375,11 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
     ]
     if s.get("waivers_expired"):
         card_items.append((s["waivers_expired"], "waivers expired", "crit"))
+    acc = fleet.get("acceptance")
+    if acc is not None:
+        card_items += [(acc["accepted"], "accepted", ""), (acc["failed"], "acceptance failed",
+                                                           "crit" if acc["failed"] else ""),
+                       (acc["none"], "no acceptance", "")]
     cards = "".join(
         f'<div class="card"><b class="{cls}">{_e(value)}</b><span>{_e(label)}</span></div>'
         for value, label, cls in card_items
@@ -503,6 +484,9 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
                 for r in fleet["baselines"]["drifting"]
             ],
         ),
+        *([f'<h2 id="acceptance">Acceptance</h2><p>{_e(accept_counts(acc))}</p>',
+           _table(["node", "acceptance"], [[_node_link(r["node"]), _e(describe(r))] for r in attention(acc)])]
+          if acc else []),
         '<h2 id="waivers">Waivers</h2>',
         _expired_waivers([r for r in fleet["waivers"] if r.get("expired")])
         + _table(
@@ -532,7 +516,7 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
         + "\n".join(sections)
         + "\n"
     )
-    yield from _nodes_table(fleet["nodes"], batch)
+    yield from _nodes_table(fleet["nodes"], batch, "acceptance" in fleet)
     yield "</body></html>\n"
 
 
@@ -548,22 +532,26 @@ def _expired_waivers(rows: list[dict[str, Any]]) -> str:
 _NOT_COMPLIANT = '<span class="crit">no</span>'
 
 
-def _nodes_table(nodes: Any, batch: int) -> Iterator[str]:
-    """Every node, worst first, a batch of rows at a time (the one HTML table without a limit)."""
+def _nodes_table(nodes: Any, batch: int, accepted: bool = False) -> Iterator[str]:
+    """Every node, worst first, a batch of rows at a time (the one HTML table without a limit); with
+    `accepted` (acceptance runs among the inputs), each node's acceptance in a last column."""
     if not len(nodes):
         yield '<p class="ok">None.</p>'
         return
-    head = "".join(f"<th>{_e(h)}</th>" for h in ["node", "profile", "model", "compliant", "fail", "warn", "report"])
+    head = "".join(f"<th>{_e(h)}</th>" for h in ["node", "profile", "model", "compliant", "fail", "warn", "report",
+                                                 *(["acceptance"] if accepted else [])])
     yield f"<table><thead><tr>{head}</tr></thead><tbody>"
     rows = iter(nodes)
     while True:
         chunk = [
             f'<tr id="{anchor(r["node"])}"><td>{_e(r["node"])}</td><td>{_e(r["profile"])}</td>'
             f"<td>{_e(r['model'])}</td><td>{'yes' if r['compliant'] else _NOT_COMPLIANT}</td>"
-            f'<td class="n">{r["fail"]}</td><td class="n">{r["warn"]}</td><td>{_e(r["started_at"])}</td></tr>'
+            f'<td class="n">{r["fail"]}</td><td class="n">{r["warn"]}</td><td>{_e(r["started_at"])}</td>'
+            f"{html_cell(r['acceptance']) if accepted else ''}</tr>"
             for r in itertools.islice(rows, batch)
         ]
         if not chunk:
             break
         yield "".join(chunk)
     yield "</tbody></table>"
+

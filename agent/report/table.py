@@ -45,12 +45,22 @@ def evidence_text(finding: Finding, most: int = 5) -> str:
     return text + (f" and {len(refs) - most} more" if len(refs) > most else "")
 
 
+def _ran(report: Report) -> str:
+    """What ran: `audit`, or `accept` with its load and length (`nodewarden accept` adds an `acceptance` block)."""
+    block = report.extra.get("acceptance")
+    if not isinstance(block, dict):
+        return "audit"
+    load = block.get("load")
+    what = (load.get("described") or load.get("kind")) if isinstance(load, dict) else None
+    return f"accept (load {clean(str(what or '?'))}, {report.duration_s:.0f} s)"
+
+
 def render_table(report: Report, *, verbose: bool = False, color: bool = False, width: int | None = None) -> str:
     width = clamp(width or shutil.get_terminal_size((120, 20)).columns)
     lines: list[str] = []
     node = report.node
     model = clean(str(node.get("model") or "unknown model"))
-    lines += wrap(f"nodewarden audit of {clean(str(node.get('hostname') or '?'))} ({model}) "
+    lines += wrap(f"nodewarden {_ran(report)} of {clean(str(node.get('hostname') or '?'))} ({model}) "
                   f"with profile {clean(report.profile)} [{clean(str(node.get('mode')))}]", width, "  ")
     subjects = display_subjects(report.findings)
     lines.append("")
