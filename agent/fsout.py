@@ -40,6 +40,13 @@ def _process_started() -> float:
 
 
 _TEMP_DIR_RE = re.compile(r"^\..+\.nw(\d{1,10})\.[0-9a-f]{12}$")  # `.NAME.nwPID.RANDOM`: PID made it
+# Before issue 21 the private folder was tempfile.mkdtemp(prefix=".NAME."): `.NAME.` and 8 of its characters,
+# mode 0700, holding a snapshot's top-level entries (a capture or import) or, for an archive, the snapshot
+# folder and `snapshot.tar.gz`. No PID tells whether its run is gone: age does.
+_OLD_TEMP_DIR_RE = re.compile(r"^\.(.+)\.[a-z0-9_]{8}$")
+_OLD_TEMP_ENTRIES = frozenset({"meta.yaml", "fs", "fs_links.json", "fs_errors.json", "kmsg.txt", "nvml.json",
+                               "ipmi.json", "redfish", "snapshot.tar.gz"})
+OLD_TEMP_AGE_S = 3600.0
 _open_outputs: list[OutputDir] = []
 
 
@@ -78,6 +85,7 @@ class OutputDir:
                     dirfd.remove_held_dir(self._parent, name, held)
                 finally:
                     os.close(held)
+            remove_old_style_leftovers(self._parent)
             self.name = f".{out.name[:100]}.nw{os.getpid()}.{secrets.token_hex(6)}"
             os.mkdir(self.name, 0o700, dir_fd=self._parent)
             self.fd = os.open(self.name, dirfd.DIR_FLAGS, dir_fd=self._parent)
@@ -167,6 +175,38 @@ class OutputDir:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.fd = self._parent = -1
+
+
+def remove_old_style_leftovers(parent_fd: int) -> list[str]:
+    """Remove the pre-issue-21 private folders (`.NAME.XXXXXXXX`) a killed run left in `parent_fd`, where
+    everything says they are ours: a real folder (not a link), owned by us, mode 0700, unchanged for an
+    hour, holding nothing but what such a run put there. By descriptor, never through a link; anything
+    else, or a folder that cannot be judged, is left alone. The names removed."""
+    import time
+
+    removed: list[str] = []
+    too_new = time.time() - OLD_TEMP_AGE_S
+    for name in os.listdir(parent_fd):
+        match = _OLD_TEMP_DIR_RE.match(name)
+        if match is None:
+            continue
+        with contextlib.suppress(OSError):
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+            if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o700
+                    and st.st_mtime < too_new):
+                continue
+            held = os.open(name, dirfd.DIR_FLAGS, dir_fd=parent_fd)
+            try:
+                out = match.group(1)
+                allowed = _OLD_TEMP_ENTRIES
+                if out.endswith((".tar.gz", ".tgz")):  # an archive's work folder: the snapshot folder in it too
+                    allowed = allowed | {out.removesuffix(".tgz").removesuffix(".tar.gz") or "snapshot"}
+                if dirfd.same_file(os.fstat(held), st) and set(os.listdir(held)) <= allowed:
+                    dirfd.remove_held_dir(parent_fd, name, held)
+                    removed.append(name)
+            finally:
+                os.close(held)
+    return removed
 
 
 def _exists_at(dir_fd: int, name: str) -> bool:

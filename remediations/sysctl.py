@@ -115,7 +115,11 @@ def later_overrides(ctx: PlanContext, key: str) -> list[str]:
     later.append("/etc/sysctl.conf")
     notes = []
     for path in later:
-        raw = ctx.target.read(path)
+        try:
+            raw = ctx.target.read(path)
+        except PermissionError as exc:  # a folder others can write (refused, issue 21.1): a note, not a failed plan
+            notes.append(f"{path} not read ({exc.strerror or exc}): whether it sets {key} at boot is unknown")
+            continue
         if raw is None:
             continue
         setting = conf_settings(raw.decode("utf-8", errors="replace")).get(_conf_key(key))

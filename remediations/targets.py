@@ -20,8 +20,8 @@ from agent.credentials import BmcOptions
 from agent.errors import SnapshotError
 from agent.fsutil import FileSafetyError, check_folder, remove_temp_files, replace_at
 from agent.sources.deadline import call_with_deadline
-from agent.sources.fsroot import FsRoot, LiveFs
-from agent.sources.fsroot_snapshot import SnapshotFs, checked_write_path, open_write_dir
+from agent.sources.fsroot import MAX_FILE_BYTES, FsRoot, LiveFs, read_fd
+from agent.sources.fsroot_snapshot import RefusedEntry, SnapshotFs, open_write_dir
 from agent.sources.nvml import RecordedNvml, load_live_nvml
 from agent.sources.redfish import LiveRedfish, PatchResult, RecordedRedfish, RedfishError, valid_path
 
@@ -37,6 +37,8 @@ def _check_path(path: str) -> None:
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_MAX_LINKS = 40  # the kernel's own limit on symlink hops
+_MAX_RECORDED_BYTES = 32 << 20  # a recorded JSON file (nvml.json, a Redfish index.json), as its readers cap it
 
 
 def _trusted(uid: int) -> bool:
@@ -56,8 +58,18 @@ def check_target_root(fd: int, shown: str) -> None:
     check_folder(os.fstat(fd), shown, what="target", named=shown)
 
 
-def _read_at(dir_fd: int, name: str) -> tuple[bytes, int] | None:
-    """A regular file's bytes and mode inside a held folder (never through a link); None when missing."""
+def _read_at(dir_fd: int, name: str, shown: str = "", max_bytes: int = MAX_FILE_BYTES) -> tuple[bytes, int] | None:
+    """A regular file's bytes and mode inside a held folder, never through a link (ELOOP) nor from a
+    FIFO or device (EINVAL, checked before the open); None when missing; past `max_bytes`, EFBIG."""
+    shown = shown or name
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        raise OSError(errno.ELOOP, f"refused: {shown} is a symlink (not followed)", shown)
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, f"refused: {shown} is not a regular file (not opened)", shown)
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -65,9 +77,13 @@ def _read_at(dir_fd: int, name: str) -> tuple[bytes, int] | None:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", name)
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read(), stat.S_IMODE(st.st_mode)
+            raise OSError(errno.EINVAL, f"refused: {shown} is not a regular file", shown)
+        if max_bytes == MAX_FILE_BYTES:
+            return read_fd(fd, shown, None), stat.S_IMODE(st.st_mode)
+        data = read_fd(fd, shown, max_bytes + 1)
+        if len(data) > max_bytes:
+            raise OSError(errno.EFBIG, f"exceeds {max_bytes >> 20} MiB: not read", shown)
+        return data, stat.S_IMODE(st.st_mode)
     finally:
         os.close(fd)
 
@@ -142,20 +158,15 @@ class RecordedBmcWriter:
 
     def __init__(self, snapshot_dir: Path, open_dir: Callable[[str, str, bool], int]) -> None:
         self._reader = RecordedRedfish(snapshot_dir)
-        self._base = snapshot_dir
         self._open_dir = open_dir  # (folder relative to the snapshot, path shown, make) -> held folder
 
     def _replace(self, path: str, data: bytes) -> None:
         fd = self._open_dir(valid_path(path).lstrip("/"), path, True)
         try:
-            old = _read_at(fd, "index.json")
+            old = _read_at(fd, "index.json", f"{path}/index.json", _MAX_RECORDED_BYTES)
             replace_at(fd, "index.json", data, old[1] if old else 0o644, shown=path)
         finally:
             os.close(fd)
-
-    def _file(self, path: str) -> Path:
-        # Inside the snapshot only: a real symlink among redfish/'s folders is refused (RefusedEntry).
-        return Path(checked_write_path(str(self._base), "", valid_path(path).lstrip("/"), "index.json", path))
 
     def get(self, path: str) -> dict[str, Any]:
         return self._reader.get(path)
@@ -179,10 +190,17 @@ class RecordedBmcWriter:
         return PatchResult(204, None)
 
     def raw(self, path: str) -> bytes | None:
+        """The settings object's recorded bytes (rollback puts them back), read relative to the folder
+        its writes use: a folder on the way swapped for a symlink redirects nothing (issue 21, 1)."""
         try:
-            return self._file(path).read_bytes()
+            fd = self._open_dir(valid_path(path).lstrip("/"), path, False)
         except FileNotFoundError:
             return None
+        try:
+            got = _read_at(fd, "index.json", f"{path}/index.json", _MAX_RECORDED_BYTES)
+        finally:
+            os.close(fd)
+        return None if got is None else got[0]
 
     def restore_raw(self, path: str, raw: bytes | None) -> None:
         if raw is not None:
@@ -221,12 +239,43 @@ class _RootedFiles(abc.ABC):
         """The folder holding `path`, opened once without following a link it may not (missing
         folders made when `make`), and the name in it: every write is relative to it (issue 21, 1)."""
 
+    def _follow_last(self, dir_fd: int, name: str, path: str, exc: OSError) -> str:
+        """The node path a refused last component leads to, where this target follows it; else raise."""
+        raise exc
+
+    def _held(self, path: str) -> tuple[int, str, str]:
+        """The folder the writes of `path` use (held), the name in it, and the node path reached."""
+        for _hop in range(_MAX_LINKS + 1):
+            fd, name = self._open_parent(path, False)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return fd, name, path
+            except BaseException:
+                os.close(fd)
+                raise
+            if not stat.S_ISLNK(st.st_mode):
+                return fd, name, path
+            try:
+                path = self._follow_last(fd, name, path, OSError(
+                    errno.ELOOP, f"refused: {path} is a symlink nodewarden does not follow", path))
+            finally:
+                os.close(fd)
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+
     def read(self, path: str) -> bytes | None:
+        """The file's bytes, or None when absent. Read relative to the folder its writes use, the file
+        itself with O_NOFOLLOW and bounded: what rollback records and puts back is what was there,
+        never what a link planted meanwhile points to (issue 21, 1)."""
         try:
-            with open(self._real(path), "rb") as handle:
-                return handle.read()
+            fd, name, path = self._held(path)
         except FileNotFoundError:
             return None
+        try:
+            got = _read_at(fd, name, path)
+        finally:
+            os.close(fd)
+        return None if got is None else got[0]
 
     def write_file(self, path: str, data: bytes | None, mode: int) -> None:
         try:
@@ -245,9 +294,15 @@ class _RootedFiles(abc.ABC):
 
     def file_mode(self, path: str) -> int | None:
         try:
-            return stat.S_IMODE(os.stat(self._real(path)).st_mode)
+            fd, name, _path = self._held(path)
         except FileNotFoundError:
             return None
+        try:
+            return stat.S_IMODE(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(fd)
 
     def is_dir(self, path: str) -> bool:
         return os.path.isdir(self._real(path))
@@ -336,6 +391,14 @@ class LiveTarget(_RootedFiles):
             os.close(root)
         return fd, name
 
+    def _follow_last(self, dir_fd: int, name: str, path: str, exc: OSError) -> str:
+        # A link root or we own, in a folder already checked (no one else could have swapped it):
+        # /etc/sysctl.d/99-sysctl.conf -> ../sysctl.conf on many distributions. Resolved lexically.
+        if not _trusted(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid):
+            raise exc
+        target = os.readlink(name, dir_fd=dir_fd)
+        return posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+
     def write_attr(self, path: str, value: str, shown: Callable[[bytes, str], bytes]) -> None:
         # Kernel attributes take the bare value in one write(); no temp file
         # or rename is possible in procfs/sysfs.
@@ -398,6 +461,11 @@ class SnapshotTarget(_RootedFiles):
         rel = self.snapshot_fs.resolve(parent) if parent else ""  # recorded links, clamped to fs/
         return self._open_held(posixpath.join("fs", rel), path, make), name
 
+    def _follow_last(self, dir_fd: int, name: str, path: str, exc: OSError) -> str:
+        # A snapshot keeps its links in fs_links.json: a real one could point anywhere (exit 2 when planning).
+        raise RefusedEntry(errno.ELOOP, f"refused: fs{path} is a symlink inside the snapshot (a snapshot keeps "
+                                        "its links in fs_links.json; a real link could point outside it)", path)
+
     def _replace_top(self, name: str, data: bytes) -> None:
         fd = self._open_held("", name, False)
         try:
@@ -441,7 +509,8 @@ class SnapshotTarget(_RootedFiles):
             self._replace_top("nvml.json", self._nvml.to_bytes())
 
     def nvml_raw(self) -> bytes | None:
-        return self._nvml_path.read_bytes() if self._nvml_path.is_file() else None
+        got = _read_at(self._root_fd, "nvml.json", "nvml.json", _MAX_RECORDED_BYTES)
+        return None if got is None else got[0]
 
     def nvml_restore_raw(self, raw: bytes) -> None:
         self._replace_top("nvml.json", raw)

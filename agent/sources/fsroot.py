@@ -11,7 +11,7 @@ so `snapshot capture` stores exactly what was read.
 What they share lives here: the readers' helpers (`read_value`, `list_dir`,
 `link_name`), the lexical link resolver, and bounded reads: a whole-file read
 past `MAX_FILE_BYTES` is refused (`EFBIG`, "exceeds 1 MiB"), logs are read as a
-bounded tail (`read_tail_fd`).
+bounded tail (`read_tail_fd`), and a listing longer than `MAX_DIR_ENTRIES` is `unknown` (`list_dir`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ MAX_FILE_BYTES = 1 << 20  # a whole-file read (a sysfs/procfs value) larger than
 MAX_LINK_TARGET_BYTES = 4096  # PATH_MAX: no link or target the kernel records is longer
 MAX_LINK_WORK = 200_000  # link steps one snapshot's links may cost (a recorded /sys needs a few thousand)
 MAX_REMEMBERED = 1 << 20  # resolved paths kept per link map
+# Entries a reader walks in one listing (interfaces, PCI functions, RDMA devices, ...): a big node
+# lists ~500 PCI functions; a hostile snapshot listed 200k links and each cost ~8 reads.
+MAX_DIR_ENTRIES = 4096
 
 
 class FsRoot(Protocol):
@@ -92,12 +95,20 @@ def read_value(fs: FsRoot, path: str, parse: Callable[[str], Any] | None = None)
         return Unknown(f"{path}: unexpected content {text[:60]!r}")
 
 
-def list_dir(fs: FsRoot, path: str) -> list[str] | Unknown:
-    """A folder's names, or Unknown(reason)."""
+def list_dir(fs: FsRoot, path: str, limit: int = MAX_DIR_ENTRIES) -> list[str] | Unknown:
+    """A folder's names, or Unknown(reason); past `limit` names, Unknown saying so.
+
+    The whole listing, not its first `limit` names: judging part of a list could call an entry
+    that was cut "missing" (a critical finding from absent data).
+    """
     try:
-        return fs.listdir(path)
+        names = fs.listdir(path)
     except OSError as exc:
         return Unknown(describe_os_error(path, exc))
+    if len(names) > limit:
+        return Unknown(f"{path} lists {len(names):,} entries, more than the {limit:,} a reader walks: "
+                       "none read (no real node has that many)")
+    return names
 
 
 def link_name(fs: FsRoot, path: str) -> str | None:
@@ -219,7 +230,10 @@ class LinkResolver:
         self.links = links
         self.work_left = work
         self._known: dict[str, tuple[str, int] | OSError] = {}  # link -> (resolved, hops it took) or why not
-        self._answers: dict[tuple[str, bool], str | OSError] = {}  # whole paths asked before: one lookup
+        # Whole paths asked before, one lookup each; a failure as (errno, strerror): plain tuples, which
+        # the garbage collector stops tracking (200k kept exceptions doubled a hostile map's cost).
+        self._answers: dict[tuple[str, bool], str | tuple[int | None, str | None]] = {}
+        self._spent: OSError | None = None  # the one answer for every link met once the work is spent
 
     def resolve(self, path: str, follow_last: bool = True) -> str:
         key = (path, follow_last)
@@ -228,11 +242,11 @@ class LinkResolver:
             try:
                 answer = self._walk(path, follow_last)
             except OSError as exc:
-                answer = exc
+                answer = (exc.errno, exc.strerror)
             if len(self._answers) < MAX_REMEMBERED:
                 self._answers[key] = answer
-        if isinstance(answer, OSError):
-            raise OSError(answer.errno, answer.strerror, path)
+        if isinstance(answer, tuple):
+            raise OSError(answer[0], answer[1], path)
         return answer
 
     def _walk(self, path: str, follow_last: bool) -> str:
@@ -295,8 +309,10 @@ class LinkResolver:
             return OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
         self.work_left -= 1 + target.count("/")
         if self.work_left < 0:
-            return OSError(errno.ELOOP, f"more link steps than {MAX_LINK_WORK} in this snapshot's recorded links: "
-                                        "not followed")
+            if self._spent is None:
+                self._spent = OSError(errno.ELOOP, f"more link steps than {MAX_LINK_WORK} in this snapshot's "
+                                                   "recorded links: not followed")
+            return self._spent
         return None
 
     def _remember(self, link: str, answer: tuple[str, int] | OSError) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from agent.errors import SnapshotError
 from agent.jsonfile import load_json_file
 from agent.sources import openat2
-from agent.sources.fsroot import LinkResolver, check_absolute, read_fd
+from agent.sources.fsroot import MAX_REMEMBERED, LinkResolver, check_absolute, read_fd
 
 _stat, _fstat, _S_ISREG = os.stat, os.fstat, stat.S_ISREG  # bound once: the hot path runs per file
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -160,7 +160,8 @@ class SnapshotFs:
         self._resolver = LinkResolver(self.links)  # bounded in total work, remembers (a hostile map chains 200k)
         # Directory listings must show link names too (sys/class/net/eth0 is a link).
         self._link_children: dict[str, set[str]] = {}
-        self._dir_cache: dict[str, str] = {}
+        # A folder's resolution, or why it has none as (errno, strerror, path): a plain tuple, untracked by the GC.
+        self._dir_cache: dict[str, str | tuple[int | None, str | None, str]] = {}
         # Verified folder descriptors (every component opened with O_NOFOLLOW once): ~1,500 reads
         # of a node share a few hundred folders, and walking each path again cost a fifth of an audit.
         self._dir_fds: dict[str, int] = {}
@@ -339,20 +340,29 @@ class SnapshotFs:
 
     def _resolve_dir(self, path: str) -> str:
         # Thousands of reads share a few hundred directories: resolve each once,
-        # building on the already resolved parent.
+        # building on the already resolved parent. A failure is kept too: every file read
+        # under a looping link (a hostile map's 200k) would otherwise ask the resolver again.
         cached = self._dir_cache.get(path)
         if cached is None:
-            parent, _, name = path.rpartition("/")
-            if name in ("", ".", ".."):
-                cached = self._resolve_uncached(path, True)
-            else:
-                base = self._resolve_dir(parent) if parent else ""
-                candidate = f"{base}/{name}" if base else name
-                if candidate in self.links:
-                    candidate = self._resolve_uncached("/" + candidate, True)
-                cached = candidate
-            self._dir_cache[path] = cached
+            try:
+                cached = self._resolve_dir_uncached(path)
+            except OSError as exc:
+                cached = (exc.errno, exc.strerror, exc.filename)
+            if len(self._dir_cache) < MAX_REMEMBERED:
+                self._dir_cache[path] = cached
+        if isinstance(cached, tuple):
+            raise OSError(*cached)
         return cached
+
+    def _resolve_dir_uncached(self, path: str) -> str:
+        parent, _, name = path.rpartition("/")
+        if name in ("", ".", ".."):
+            return self._resolve_uncached(path, True)
+        base = self._resolve_dir(parent) if parent else ""
+        candidate = f"{base}/{name}" if base else name
+        if candidate in self.links:
+            candidate = self._resolve_uncached("/" + candidate, True)
+        return candidate
 
     def _resolve_uncached(self, path: str, follow_last: bool) -> str:
         return self._resolver.resolve(path, follow_last)

@@ -102,6 +102,74 @@ def test_remediate_writes_never_follow_a_swapped_folder(arena: Path, monkeypatch
     assert os.listdir(victim) == []
 
 
+SECRET = b"root's secret\n"
+
+
+def test_rollback_reads_never_follow_a_swapped_folder(arena: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 1, reads: what remediate records for rollback (a file's bytes, a Redfish settings object's)
+    is read relative to the folder its writes use. `nobody` exchanges the folder with a link to a root
+    folder holding a secret while root reads, thousands of times: the secret is never read."""
+    from remediations.targets import SnapshotTarget
+
+    _no_refusal(monkeypatch)
+    snap = _small_snapshot(arena)
+    settings = snap / "redfish/v1/Systems/1/Bios/Settings"
+    settings.mkdir(parents=True)
+    (settings / "index.json").write_bytes(b"{}\n")
+    (snap / "fs/etc/sysctl.d/99-nodewarden.conf").write_bytes(b"ours\n")
+    victim = _victim(arena)
+    (victim / "99-nodewarden.conf").write_bytes(SECRET)
+    (victim / "index.json").write_bytes(SECRET)
+    uid, gid = nobody()
+    _give_to_nobody(snap, snap / "fs", snap / "fs/etc", snap / "fs/etc/sysctl.d", settings.parent, settings)
+    target = SnapshotTarget(snap)
+    bmc = target.bmc()
+    assert bmc is not None
+    cases: list[tuple[Path, Callable[[], bytes | None]]] = [
+        (snap / "fs/etc/sysctl.d", lambda: target.read("/etc/sysctl.d/99-nodewarden.conf")),
+        (settings, lambda: bmc.raw("/redfish/v1/Systems/1/Bios/Settings")),
+    ]
+    for folder, read in cases:
+        planted = folder.parent / "planted"
+        os.symlink(victim, planted)
+        os.lchown(planted, uid, gid)
+        reads = 0
+        with Swapper("pair", RACE_S / 2, folder, planted) as swapper:
+            while swapper.running():
+                with contextlib.suppress(OSError):  # a refused symlink: the action fails, which is fine
+                    assert read() != SECRET, f"root read through the swapped {folder.name}"
+                    reads += 1
+        assert swapper.rounds > 1000 and reads > 100  # a race that really ran
+    target.close()
+
+
+def test_live_rollback_reads_follow_only_links_root_owns(tmp_path: Path) -> None:
+    """Item 1, reads on the live root: a link `nobody` owns is not followed, on the way or as the file
+    (rollback would record the secret and write it back); root's own, as distributions ship
+    `/etc/sysctl.d/99-sysctl.conf -> ../sysctl.conf`, still is."""
+    from remediations.targets import LiveTarget
+
+    root = tmp_path / "root"
+    (root / "etc/sysctl.d").mkdir(parents=True)
+    (root / "etc/sysctl.conf").write_bytes(b"vm.swappiness = 1\n")
+    os.symlink("../sysctl.conf", root / "etc/sysctl.d/99-sysctl.conf")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "x.conf").write_bytes(SECRET)
+    uid, gid = nobody()
+    os.symlink(secret / "x.conf", root / "etc/sysctl.d/x.conf")
+    os.symlink(secret, root / "etc/modprobe.d")
+    for link in ("etc/sysctl.d/x.conf", "etc/modprobe.d"):
+        os.lchown(root / link, uid, gid)
+    target = LiveTarget(str(root))
+    assert target.read("/etc/sysctl.d/99-sysctl.conf") == b"vm.swappiness = 1\n"
+    for path in ("/etc/sysctl.d/x.conf", "/etc/modprobe.d/x.conf"):
+        with pytest.raises(OSError, match="symlink"):
+            target.read(path)
+        with pytest.raises(OSError, match="symlink"):
+            target.file_mode(path)
+
+
 def test_remediate_refuses_a_snapshot_another_user_owns(run_cli: RunCli, drifted_copy: Path, tmp_path: Path,
                                                        empty_config: Path) -> None:
     """Item 1, defence in depth: a target root another user can change is refused before any write."""
@@ -232,9 +300,54 @@ def test_capture_after_a_sigkill_removes_the_dead_runs_folder(tmp_path: Path) ->
     proc.communicate(timeout=60)
     left = _leftovers(parent)
     assert left  # SIGKILL cannot be caught
+    # The next run judges "made before I started" from 10 ms clock ticks: a kill and a restart
+    # within them (this test, not an operator) must not look like one run.
+    for name in left:
+        os.utime(parent / name, (time.time() - 5, time.time() - 5), follow_symlinks=False)
     foreign = parent / ".out.someone-else"  # not ours by name: never touched
     foreign.mkdir()
     done = subprocess.run([sys.executable, "-m", "agent", "snapshot", "capture", "--snapshot", str(source),
                            "--out", str(parent / "out")], check=False, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert _leftovers(parent) == [".out.someone-else"] and (parent / "out/meta.yaml").is_file()
+
+
+def _old_style(parent: Path, name: str, entries: tuple[str, ...], *, age_s: float = 7200, mode: int = 0o700) -> Path:
+    """A private folder as nodewarden made it before issue 21 (tempfile.mkdtemp: `.NAME.` + 8 characters)."""
+    folder = parent / name
+    folder.mkdir()
+    for entry in entries:
+        (folder / entry).parent.mkdir(parents=True, exist_ok=True)
+        (folder / entry).write_text("x\n")
+    for sub in sorted({folder, *(p.parent for p in folder.rglob("*"))}, key=lambda p: -len(p.parts)):
+        os.utime(sub, (time.time() - age_s, time.time() - age_s))
+    os.chmod(folder, mode)
+    return folder
+
+
+def test_capture_removes_old_style_leftovers_that_are_surely_ours(run_cli: RunCli, tmp_path: Path) -> None:
+    """Item 11, before PIDs were in the names: a killed capture's `.out.XXXXXXXX` (and an archive's
+    `.x.tar.gz.XXXXXXXX`) older than an hour is removed by the next output into that folder, by
+    descriptor; one that is recent, not ours, not 0700, a link, or holds anything else is left alone."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    snapshot = ("meta.yaml", "fs/etc/hostname", "fs_links.json")
+    gone = [_old_style(parent, ".out.k3j9x_2a", snapshot),
+            _old_style(parent, ".x.tar.gz.ab12cd34", ("x/meta.yaml", "x/fs/etc/hostname", "snapshot.tar.gz")),
+            _old_style(parent, ".n2.empty0_0", ())]
+    kept = [_old_style(parent, ".out.recent12", snapshot, age_s=0),
+            _old_style(parent, ".out.notours1", (*snapshot, "secrets.txt")),
+            _old_style(parent, ".out.mode0755", snapshot, mode=0o755),
+            _old_style(parent, ".out.nobodys1", snapshot)]
+    uid, gid = nobody()
+    os.chown(kept[-1], uid, gid)
+    victim = _old_style(tmp_path, "victim", snapshot)  # what a link in the folder points to: never entered
+    link = parent / ".out.linked00"
+    os.symlink(victim, link)
+    os.utime(link, (time.time() - 7200, time.time() - 7200), follow_symlinks=False)
+    result = run_cli("snapshot", "capture", "--simulate", "hgx-h100-drifted", "--out", str(parent / "out"))
+    assert result.code == 0, result.stderr
+    assert [p.name for p in gone if os.path.lexists(p)] == []
+    assert all(p.is_dir() and (p / "meta.yaml").is_file() for p in kept)
+    assert link.is_symlink() and (victim / "meta.yaml").is_file() and (victim / "fs/etc/hostname").is_file()
+    assert (parent / "out/meta.yaml").is_file()
