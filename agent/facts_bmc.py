@@ -175,7 +175,9 @@ class BmcSwitch(NamedTuple):
 
 
 class BmcDrive(NamedTuple):
-    """A drive (bay) as the BMC reports it: Systems/*/Storage/*/Drives, Chassis/*/Drives."""
+    """A drive (bay) as the BMC reports it: Systems/*/Storage/*/Drives, Chassis/*/Drives, Chassis Links.Drives.
+
+    Each physical drive once: by resource path, then by serial number (agent.sources.redfish_storage)."""
 
     name: str
     slot: str  # where it sits, for the technician: PhysicalLocation / Location / the resource Id
@@ -188,6 +190,9 @@ class BmcDrive(NamedTuple):
     serial: str | None = None
     capacity_bytes: float | None = None
     where: str = ""
+    # The other resources that are this drive (a Chassis copy of a Storage drive, same serial number): a
+    # volume's Links.Drives may name either.
+    aliases: tuple[str, ...] = ()
 
 
 class BmcVolume(NamedTuple):

@@ -1,7 +1,9 @@
 """bmc.storage.*: drives and volumes as the BMC reports them (issue 22 item 7).
 
 A GPU node that loses its scratch RAID loses the job as surely as one that loses a GPU. From Redfish
-Systems/*/Storage/*, its Drives and Volumes, and Chassis/*/Drives (agent/sources/redfish_storage.py):
+Systems/*/Storage/*, its Drives and Volumes, and the drives a Chassis lists (`Chassis/*/Drives`,
+`Links.Drives`: NVMe backplanes, often only there), each physical drive once
+(agent/sources/redfish_storage.py):
 
 * `bmc.storage.drives`: per present drive, its Status.Health (Critical fails, Warning warns) and the
   drive's own `FailurePredicted` (warns: replace it before it fails);
@@ -164,7 +166,7 @@ def evaluate_volumes(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if bmc is None:
         return findings
     assert isinstance(bmc.drives, tuple)
-    slots = {d.where: d.slot for d in bmc.drives}
+    slots = {where: d.slot for d in bmc.drives for where in (d.where, *d.aliases)}
     for volume in bmc.volumes if isinstance(bmc.volumes, tuple) else ():
         findings.append(with_source(_judge_volume(volume, expectation, slots), facts))
     return findings

@@ -91,8 +91,7 @@ def children(path: str, body: dict[str, Any]) -> list[str]:
     elif "Chassis." in kind:
         links = [link(body, "Thermal"), link(body, "Power"), link(body, "ThermalSubsystem"),
                  link(body, "PowerSubsystem"), link(body, "Oem", "Alarms")]  # HPE Cray: leak alarms
-        # Not Chassis/*/Drives: the drives a Storage lists are the same resources, and reaching one resource
-        # by two chains makes the walk's depth depend on which answer came first.
+        # Its drives: `chassis_drives` (a whole walk only, the drives after everything else).
     elif "ThermalSubsystem." in kind:
         links = [link(body, "Fans"), link(body, "LeakDetection")]
     elif "LeakDetection." in kind:
@@ -108,6 +107,34 @@ def children(path: str, body: dict[str, Any]) -> list[str]:
     elif "Fabric." in kind:
         links = [link(body, "Switches")]  # NVSwitches on HGX baseboards; ports are not needed
     return [p for p in links if p]
+
+
+def chassis_drive_collection(path: str) -> bool:
+    """`Chassis/{id}/Drives`: its members are read with the Chassis drives, after the rest of the walk."""
+    parts = path.split("/")
+    return len(parts) == 6 and parts[3] == "Chassis" and parts[5] == "Drives"
+
+
+def chassis_drives(path: str, body: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The drives a Chassis lists (issue 22 item 7): (its `Drives` collection, to read now; the drives, to
+    read once the rest of the walk is read).
+
+    HPE, Dell, Supermicro, Lenovo and Huawei list drives under Chassis (`Chassis/{id}/Drives`, Chassis
+    v1.14+, or `Links.Drives`), NVMe backplanes often only there. Most are the drives a Storage already
+    links: deferred, they are skipped as already read, no request, and the depth the walk records for each
+    drive stays that of the Storage chain whatever order the answers came in.
+    """
+    if chassis_drive_collection(path):
+        return [], [] if _inline_expanded(body) else _members(body)[:MAX_DRIVES]
+    kind = str(body.get("@odata.type", ""))
+    if "Chassis." not in kind or "Collection" in kind:
+        return [], []
+    links = body.get("Links")
+    listed = links.get("Drives") if isinstance(links, dict) else None
+    drives = [d["@odata.id"] for d in listed if isinstance(d, dict) and isinstance(d.get("@odata.id"), str)
+              ] if isinstance(listed, list) else []
+    collection = link(body, "Drives")
+    return [collection] if collection else [], list(dict.fromkeys(drives))[:MAX_DRIVES]
 
 
 COLLECTION_NAMES = frozenset({"Systems", "Managers", "Chassis", "FirmwareInventory", "Processors", "LogServices",
@@ -336,6 +363,11 @@ class Walk:
         local = isinstance(self.transport, RecordedRedfish)
         pool: DaemonPool | InlinePool = InlinePool() if local else DaemonPool(self.concurrency, "redfish")
         pending: dict[Ticket, str] = {}
+        # The drives Chassis list, read once nothing else is pending (`chassis_drives`), each at the shortest
+        # chain that listed it. Not on the daemon's sensor walk (from /Chassis): drives are inventory.
+        later: dict[str, int] = {}
+        start = tuple(start)
+        whole = ROOT in start
 
         known: dict[str, str] = {}  # lower-case path -> the case the BMC served it with
         expanded: set[str] = set()  # paths requested with $expand
@@ -373,8 +405,13 @@ class Walk:
         def follow(path: str, body: dict[str, Any]) -> None:
             replaces, chain = self.registry.plan(path, body, self.resources.get(ROOT))
             below = self.depth.get(path, 0) + 1
-            for child in [] if replaces else children(path, body):
+            for child in [] if replaces or chassis_drive_collection(path) else children(path, body):
                 submit(child, below)
+            now, drives = chassis_drives(path, body) if whole else ([], [])
+            for child in now:
+                submit(child, below)
+            for child in drives:
+                later[child] = min(below, later.get(child, below))
             for child in chain:
                 if (asked := submit(child, below)) is not None:
                     self.registry.asked(asked)
@@ -406,7 +443,12 @@ class Walk:
             else:
                 submit(path, 1)
         try:
-            while pending:
+            while pending or later:
+                if not pending:  # everything else is read: the Chassis drives no Storage listed
+                    for child, depth in sorted(later.items()):
+                        submit(child, depth)
+                    later.clear()
+                    continue
                 remaining = end - time.monotonic()
                 if remaining <= 0:
                     self.timed_out = True

@@ -84,3 +84,52 @@ def test_a_hostile_storage_is_read_bounded_and_judges_nothing_absurd() -> None:
     findings = [f for check in (DRIVES, MEDIA_LIFE, VOLUMES) for f in check.run(facts, profile)]
     assert not any(f.status is Status.FAIL for f in findings)  # every Critical drive is an Absent bay
     assert all(f.status is Status.PASS for f in findings if f.check == "bmc.storage.media_life")
+
+
+CHASSIS = "/redfish/v1/Chassis/1"
+
+
+class HostileChassisBmc(RecordedRedfish):
+    """A Chassis that lists 10,000 drives in `Links.Drives` and 10,000 more in its `Drives` collection,
+    links outside the service, one non-list `Links.Drives` on a second chassis, and serial numbers that are
+    placeholders ("N/A", "0000000000") shared by every drive."""
+
+    def __init__(self) -> None:
+        super().__init__(Path("/nonexistent"))
+
+    def get(self, path: str, expand: str | None = None) -> dict[str, Any]:
+        self.requests += 1
+        bodies: dict[str, dict[str, Any]] = {
+            "/redfish/v1": {"@odata.id": "/redfish/v1", "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot",
+                            "Chassis": {"@odata.id": "/redfish/v1/Chassis"}},
+            "/redfish/v1/Chassis": {"@odata.id": "/redfish/v1/Chassis", "@odata.type": "#ChassisCollection."
+                                    "ChassisCollection", "Members@odata.count": 2,
+                                    "Members": [{"@odata.id": CHASSIS}, {"@odata.id": "/redfish/v1/Chassis/2"}]},
+            CHASSIS: {"@odata.id": CHASSIS, "@odata.type": "#Chassis.v1_14_0.Chassis",
+                      "Drives": {"@odata.id": f"{CHASSIS}/Drives"},
+                      "Links": {"Drives": [{"@odata.id": "/etc/passwd"}, {"@odata.id": 7}, "x",
+                                           *({"@odata.id": f"{CHASSIS}/Drives/L{i}"} for i in range(10_000))]}},
+            "/redfish/v1/Chassis/2": {"@odata.id": "/redfish/v1/Chassis/2", "@odata.type": "#Chassis.v1_14_0.Chassis",
+                                      "Links": {"Drives": "all of them"}},
+            f"{CHASSIS}/Drives": {"@odata.id": f"{CHASSIS}/Drives", "@odata.type": "#DriveCollection.DriveCollection",
+                                  "Members": [{"@odata.id": f"{CHASSIS}/Drives/{i}"} for i in range(10_000)],
+                                  "Members@odata.count": 10_000},
+        }
+        if path in bodies:
+            return bodies[path]
+        if path.startswith(f"{CHASSIS}/Drives/"):
+            name = path.rsplit("/", 1)[-1]
+            return {"@odata.id": path, "@odata.type": "#Drive.v1_17_0.Drive", "Id": name, "Model": "M",
+                    "SerialNumber": "N/A" if name.startswith("L") else "0000000000",
+                    "Status": {"State": "Enabled", "Health": "OK"}}
+        return super().get(path, expand)
+
+
+def test_a_hostile_chassis_drive_list_is_read_bounded_and_placeholder_serials_merge_nothing() -> None:
+    transport = HostileChassisBmc()
+    bmc, _status, _ = read_redfish(lambda: transport, deadline_s=60)
+    assert isinstance(bmc, BmcFacts) and isinstance(bmc.drives, tuple)
+    # at most MAX_DRIVES links from each list, each drive once; a placeholder serial is no identity: nothing merged
+    assert len(bmc.drives) == 2 * MAX_DRIVES - 1 and not any(d.aliases for d in bmc.drives)
+    assert transport.requests < 2 * MAX_DRIVES + 20
+    assert any("/etc/passwd" in p for p in bmc.problems)  # refused, named, never fetched
