@@ -20,7 +20,7 @@ from agent.facts import KmsgRecord, NodeFacts
 from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.profiles import Profile
 from agent.schema import Validator
-from agent.sources.kernel_events import BY_ID, RULES, match_record, parse_kernel_events
+from agent.sources.kernel_events import BY_ID, RULES, match_event, match_record, parse_kernel_events
 from agent.sources.kmsg import parse_kmsg_line, parse_kmsg_text, read_recorded_kmsg
 from agent.xid_catalog import ACTIONS
 from checks.gpu_xid import XID
@@ -152,6 +152,36 @@ def test_each_rule_class_catches_its_real_lines(line: str, event: str) -> None:
 @pytest.mark.parametrize("line", HARMLESS)
 def test_similar_harmless_lines_are_not_events(line: str) -> None:
     assert match_record(rec(line)) is None
+
+
+# Intel's link-down spellings, as the drivers print them (torvalds/linux drivers/net/ethernet/intel): igb's
+# netdev_info "igb: %s NIC Link is Down" (the name twice) and its older printk, e1000e's and e1000's pr_info
+# after their module prefix; igc, ixgbe (e_info), i40e and ice print netdev_info "NIC Link is Down".
+INTEL_LINK_DOWN = [
+    ("igb 0000:00:14.0 eth0: igb: eth0 NIC Link is Down", "eth0"),
+    ("igb: eno2 NIC Link is Down", "eno2"),
+    ("e1000e: enp0s31f6 NIC Link is Down", "enp0s31f6"),
+    ("e1000: enp0s3 NIC Link is Down", "enp0s3"),
+    ("igc 0000:03:00.0 enp3s0: NIC Link is Down", "enp3s0"),
+    ("ixgbe 0000:01:00.0 eth2: NIC Link is Down", "eth2"),
+    ("i40e 0000:3b:00.0 ens1f0: NIC Link is Down", "ens1f0"),
+    ("ice 0000:17:00.0 ens785f0: NIC Link is Down", "ens785f0"),
+]
+
+
+def test_intel_link_down_spellings_count_on_their_port_and_sata_does_not() -> None:
+    for line, port in INTEL_LINK_DOWN:
+        matched = match_event(rec(line))
+        assert matched is not None and (matched[0].id, matched[1]) == ("net.link_flap", port), line
+    for line in ("ata3: SATA link down (SStatus 0 SControl 300)",
+                 "igb 0000:00:14.0 eth0: igb: eth0 NIC Link is Up 1000 Mbps Full Duplex, Flow Control: RX",
+                 "e1000e: enp0s31f6 NIC Link is Up 1000 Mbps Full Duplex, Flow Control: None"):
+        assert match_event(rec(line)) is None, line
+    # igb's port twice down since boot is a flap on that port, not on the driver's name
+    found = by_subject((rec("igb 0000:00:14.0 eth0: igb: eth0 NIC Link is Down", 10.0),
+                        rec("igb 0000:00:14.0 eth0: igb: eth0 NIC Link is Down", 900.0)), uptime_s=1000.0)
+    flap = found["net.link_flap"]
+    assert (flap.status, flap.observed["port"]) == (Status.WARN, {"eth0": 2})
 
 
 def test_every_rule_is_exercised_and_uses_the_vocabulary() -> None:

@@ -25,6 +25,8 @@ from tests.conftest import REPO
 from tests.factories import host, profile
 
 EXAMPLES = REPO / "fixtures" / "kernel-events" / "catalogue-examples.log"
+# A real syslog (Azure/azurehpc-health-checks, MIT): user-space lines only, an IB port losing its carrier six times
+FLAP_SYSLOG = REPO / "fixtures" / "kernel-events" / "azurehpc-1dev_6flap_syslog.excerpt.log"
 CORPUS_LOGS = sorted((REPO / "fixtures" / "kmsg").glob("*"))
 
 # Every line of the capture and the event it is (None: a line of an event's context that is no event itself).
@@ -217,3 +219,34 @@ def test_the_capture_without_timestamps_is_audited(tmp_path: Path) -> None:
     assert found["net.link_flap"]["status"] == "pass"
     assert found["kernel.panic"]["status"] in ("warn", "fail")
     assert all(f["status"] != Status.UNKNOWN.value for f in found.values())
+
+
+# --- a real syslog of an IB port flapping: the oracle of its reading ------------------------------------------
+
+
+def test_the_flapping_ib_port_syslog_reads_as_an_sre_reads_it(tmp_path: Path) -> None:
+    lines = FLAP_SYSLOG.read_text(encoding="utf-8").splitlines()
+    # every line a user-space one; the six carrier losses of ib6 are the only events (its gains are records, no event)
+    losses = [line for line in lines if line.endswith("systemd-networkd[5398]: ib6: lost carrier")]
+    assert len(losses) == 6
+    row = next(r for r in (EXAMPLES.parent / "SOURCES.md").read_text(encoding="utf-8").splitlines()
+               if r.startswith(f"| `{FLAP_SYSLOG.name}`"))
+    licence = re.findall(r"`((?:\.\./)?LICENSES/[\w.-]+\.txt)`", row)
+    assert licence and all((EXAMPLES.parent / text).is_file() for text in licence) and "MIT" in row
+    (tmp_path / "kmsg.txt").write_bytes(FLAP_SYSLOG.read_bytes())
+    (tmp_path / "meta.yaml").write_text("hostname: jplc7eb7-vm-0\ncaptured_at: '2025-08-17T06:20:00+00:00'\n"
+                                        "nodewarden_version: corpus\ncaptured: [kmsg]\n", encoding="utf-8")
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["audit", "--config", str(config), "--snapshot", str(tmp_path),
+                                      "--format", "json"], catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.stderr
+    report = json.loads(result.stdout)
+    found = {f["subject"]: f for f in report["findings"] if f["check"] == "host.kernel.events"}
+    # six carrier losses of one IB port since boot: a flapping link, warn and check its cable/optic/switch port
+    assert set(found) == {"net.link_flap"}
+    flap = found["net.link_flap"]
+    assert (flap["status"], flap["severity"], flap["action"]) == ("warn", "warning", "check_mechanicals")
+    assert flap["observed"]["port"] == {"ib6": 6} and flap["observed"]["count"] == 6
+    assert "since boot" in flap["message"] and "Aug 17 06:18:01" in flap["message"]
+    assert not [f for f in report["findings"] if f["severity"] == "critical" and f["status"] == "fail"]

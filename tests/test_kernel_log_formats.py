@@ -163,6 +163,71 @@ def test_pstore_records_are_read_with_their_level_as_an_earlier_boot() -> None:
     assert KernelLogImporter().detect(PSTORE.read_bytes()[:4096], PSTORE.name)
 
 
+# --- a network manager's carrier lines: user space, and the only record of an IB port's flaps ------------
+
+FLAP_SYSLOG = REPO / "fixtures" / "kernel-events" / "azurehpc-1dev_6flap_syslog.excerpt.log"
+
+
+def _kernel_events(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["subject"]: f for f in report["findings"] if f["check"] == "host.kernel.events"}
+
+
+def test_a_syslog_of_an_ib_port_flapping_imports_and_warns_on_the_port(run_cli: RunCli, tmp_path: Path,
+                                                                     empty_config: Path) -> None:
+    # Azure/azurehpc-health-checks' syslog: no kernel line at all, systemd-networkd's "ib6: lost carrier" six times
+    report = _import_and_audit(run_cli, tmp_path, FLAP_SYSLOG.read_text(encoding="utf-8"), empty_config)
+    events = _kernel_events(report)
+    assert set(events) == {"net.link_flap"}
+    flap = events["net.link_flap"]
+    assert (flap["status"], flap["severity"], flap["action"]) == ("warn", "warning", "check_mechanicals")
+    # `snapshot import` drops exact repeats of a line (agent/importers/base.py add_kmsg): the five losses stamped
+    # 06:18:06 are kept once. Still two drops of one port: the flap stands (the six are counted when the syslog is
+    # the snapshot's kmsg.txt: tests/test_kernel_events_catalogue.py).
+    assert list(flap["observed"]["port"]) == ["ib6"] and flap["observed"]["port"]["ib6"] >= 2
+    assert "systemd-networkd[5398]: ib6: lost carrier" in flap["message"]
+    assert not [f for f in report["findings"] if f["status"] == "fail" and f["severity"] == "critical"]
+
+
+def _syslog_lines(*programs: str) -> list[str]:
+    return [f"Mar  4 10:{i:02d}:00 gpu-node-7 {text}" for i, text in enumerate(programs)]
+
+
+def test_one_carrier_loss_is_not_a_flap_and_another_programs_lost_carrier_is_no_record() -> None:
+    lines = _syslog_lines("systemd-networkd[812]: ib0: Lost carrier", "systemd-networkd[812]: ib0: Gained carrier",
+                          "sshd[4242]: ib1: Lost carrier", "sshd[4242]: ib1: Lost carrier",
+                          "pppd[77]: ib1: Lost carrier")
+    assert [line_grammar(line) for line in lines] == ["syslog-link"] * 2 + ["syslog-user"] * 3
+    records = parse_kmsg_text(lines)
+    assert [r.message for r in records] == ["systemd-networkd[812]: ib0: Lost carrier",
+                                            "systemd-networkd[812]: ib0: Gained carrier"]
+    assert records[0].wall == "Mar  4 10:00:00"  # the syslog stamp, as for a kernel line
+    [flap] = EVENTS.run(NodeFacts(host=host(), kmsg=records), _base())
+    assert (flap.subject, flap.status.value, flap.observed["port"]) == ("net.link_flap", "pass", {"ib0": 1})
+
+
+def test_network_manager_counts_each_drop_once_in_every_spelling() -> None:
+    nm = "NetworkManager[1402]: <info>  "
+    lines = _syslog_lines(
+        # older releases, at info: the loss, the deferred action and the state change are one drop
+        "NetworkManager[810]: <info>  [1493373892.0508] device (ib0): link disconnected (deferring action for 4 "
+        "seconds)",
+        "NetworkManager[810]: <info>  [1493373896.1298] device (ib0): link disconnected (calling deferred action)",
+        "NetworkManager[810]: <info>  [1493373896.1299] device (ib0): state change: activated -> unavailable "
+        "(reason 'carrier-changed') [100 20 40]",
+        "NetworkManager[810]: <info>  [1493373899.0001] device (ib0): link connected",
+        # today, at info: only the state change says the carrier went
+        f"{nm}[1756901211.4102] device (ib0): state change: activated -> unavailable (reason 'carrier-changed', "
+        "sys-iface-state: 'managed')",
+        f"{nm}[1756901214.0033] device (ib0): carrier: link connected",
+        f"{nm}[1756901215.0000] device (ib1): state change: activated -> unavailable (reason 'carrier-changed', "
+        "sys-iface-state: 'managed')",
+        f"{nm}[1756901216.0000] device (ib1): state change: ip-config -> ip-check (reason 'none', "
+        "sys-iface-state: 'managed')")
+    assert [line_grammar(line) for line in lines] == ["syslog-link"] * 7 + ["syslog-user"]
+    [flap] = EVENTS.run(NodeFacts(host=host(), kmsg=parse_kmsg_text(lines)), _base())
+    assert (flap.subject, flap.status.value, flap.observed["port"]) == ("net.link_flap", "warn", {"ib0": 2, "ib1": 1})
+
+
 # --- no time at all: never refused, judged as history --------------------------------------------------
 
 

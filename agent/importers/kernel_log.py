@@ -30,13 +30,14 @@ from collections import deque
 from collections.abc import Iterable
 
 from agent.importers.base import MAX_KMSG_LINES, Builder, Contribution, InputError, decode_text, text_lines
-from agent.sources.kmsg import NOT_RECORDS, is_journal, line_grammar
+from agent.sources.kmsg import NOT_RECORDS, USER_RECORDS, is_journal, line_grammar
 
 MAX_BYTES = 512 << 20
 HEAD_LINES = 200  # the file's kind is what most of its first lines are
 _LOOK = 512  # characters of a line the bare-text test looks at
 _JOURNAL_NOTE = re.compile(r"^-- (?:Logs begin|Journal begins|Boot [0-9a-f]+|No entries|Reboot)")
-_STAMPED = frozenset({"kmsg", "pstore", "decoded", "dmesg", "reltime", "ctime", "iso", "syslog"})
+# a network manager's carrier line (kmsg.USER_RECORDS) is a stamped record too
+_STAMPED = frozenset({"kmsg", "pstore", "decoded", "dmesg", "reltime", "ctime", "iso", "syslog"}) | USER_RECORDS
 # Bare text: a kernel message starts with its subsystem ("NVRM: ", "pci 0000:19:00.0: ", "nvme nvme0: ",
 # "EXT4-fs (sda1): "); a log of them holds at least one line only the kernel prints.
 _KERNELISH = re.compile(r"^(?:[A-Za-z][\w.+/-]*(?: [\w.:+/-]+){0,2}|[A-Za-z][\w-]* \([\w.:-]+\)|\[[\w ]+\]"

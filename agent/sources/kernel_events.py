@@ -43,6 +43,9 @@ _W, _C, _I = Severity.WARNING, Severity.CRITICAL, Severity.INFO
 # An MCE bank status (MCi_STATUS) with bit 61 (UC) set: the top hex digit is one of 2 3 6 7 a b e f.
 _UC_NIBBLE = "[2367abefABEF]"
 _CORRECTED_NIBBLE = "[014589cdCD]"
+# NetworkManager's carrier lines as kmsg.py keeps them (the program's tag, then level, stamp and device)
+_NM_PORT = r"^NetworkManager\[\d{1,10}\]: [^(]{0,40}\((?P<port>[^\s:/()]{1,15})\): "
+_NM_CARRIER_STATE = r"(?:device )?state change: [a-z-]{1,20} -> unavailable \(reason 'carrier-changed'"
 
 RULES: tuple[Rule, ...] = (
     # kernel/watchdog.c, kernel/watchdog_hld.c / watchdog_buddy.c, kernel/rcu/tree_stall.h
@@ -158,21 +161,35 @@ RULES: tuple[Rule, ...] = (
          "GPUDirect RDMA memory registration failed or was torn down under a live mapping; repeats break RDMA jobs",
          (r"nvidia-peermem \S+:\d+ ERROR ", r"^nv_mem(?:ERR)? \S+:\d+ "), needle=("nvidia-peermem", "nv_mem")),
     # drivers/net/ethernet/mellanox/mlx5/core/en_main.c (mlx5e_update_carrier: "Link down"), mlx4/en_netdev.c
-    # ("Link Down"), intel e1000e/igb/ixgbe/i40e/ice and broadcom bnxt_en ("NIC Link is Down"), tg3 ("Link is
-    # down."). Counted per port (group `port`): one drop per port since boot is a port coming up or a planned
-    # switch reboot; a second drop of the same port is a flap (cable, optic, switch port). SATA's "link down"
-    # (libata, an empty bay) is not a network port and is not matched.
+    # ("Link Down"), intel igc/ixgbe/i40e/ice and broadcom bnxt_en/bnx2x (netdev_info "NIC Link is Down"), tg3
+    # ("Link is down."); intel/igb/igb_main.c (netdev_info "igb: %s NIC Link is Down", the name twice; printk
+    # "igb: %s ..." before), e1000e/netdev.c and e1000 (pr_info "%s NIC Link is Down" after "e1000e: "), atl1c.
+    # User space (kmsg.py's syslog-link records, the program's tag first): systemd-networkd's "PORT: Lost
+    # carrier" (networkd-link.c) and NetworkManager's carrier loss (nm-device.c) -- an IPoIB port's carrier
+    # changes reach the log only that way (the kernel prints them at debug level). Counted per port (group
+    # `port`): one drop per port since boot is a port coming up or a planned switch reboot; a second drop of the
+    # same port is a flap (cable, optic, switch port). SATA's "link down" (libata, an empty bay) is not a network
+    # port and is not matched; nor is another program's "Lost carrier" (sshd, pppd: a session's modem line).
     Rule("net.link_flap", "network port link dropped (Ethernet / InfiniBand netdev)", _W, "check_mechanicals",
          "A port lost its link more than once since boot: a marginal cable, optic or switch port; RDMA and NCCL "
          "jobs on it stall or fail",
          (r"^[\w-]{1,20} [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d (?P<port>[^\s:]{1,31}): "
           r"(?:Link down|(?:NIC )?Link is [Dd]own)\b",
-          r"^mlx4_en: (?P<port>[^\s:]{1,31}): Link Down\b"),
-         limit=1, needle=("Link down", "Link Down", "Link is Down", "Link is down"), per="port"),
+          r"^(?:[\w-]{1,20} [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d(?: [^\s:]{1,31})?: )?[\w-]{1,20}: "
+          r"(?P<port>[^\s:]{1,31}) NIC Link is [Dd]own\b",
+          r"^mlx4_en: (?P<port>[^\s:]{1,31}): Link Down\b",
+          r"^systemd-networkd\[\d{1,10}\]: (?P<port>[^\s:/()]{1,15}): [Ll]ost carrier$",
+          # one drop: "link disconnected" (bare, or the deferral that starts it), not the deferred call after it
+          rf"{_NM_PORT}(?:carrier: )?link disconnected(?: \(deferring action for [^)]{{1,40}}\))?$",
+          rf"{_NM_PORT}{_NM_CARRIER_STATE}"),
+         limit=1, needle=("Link down", "Link Down", "Link is Down", "Link is down", "Lost carrier", "lost carrier",
+                          "link disconnected", "carrier-changed"), per="port"),
 )
 
 BY_ID = {rule.id: rule for rule in RULES}
 _CALLER_RE = lazy_compile(r"^\[\s*[TC]\d+\] ")  # CONFIG_PRINTK_CALLER's "[  T123] " before the text
+_NM_STATE_RE = lazy_compile(_NM_PORT + _NM_CARRIER_STATE)
+_MAX_PORTS = 1024  # NetworkManager ports remembered between a carrier loss and its state change
 _NEEDLES = re.compile("|".join(sorted({re.escape(n) for rule in RULES for n in rule.needle})))
 
 
@@ -210,10 +227,23 @@ def match_record(record: KmsgRecord) -> Rule | None:
 
 
 def _events(records: Iterable[KmsgRecord]) -> Iterator[KernelEvent]:
+    # NetworkManager logs one drop twice where it logs "link disconnected" (older releases, or at debug level): then,
+    # the link still down, its state change for the carrier. Counted once: the state change of a port whose
+    # "link disconnected" was counted is the same drop.
+    disconnected: set[str] = set()
     for record in records:
         matched = match_event(record)
-        if matched is not None:
-            yield KernelEvent(matched[0].id, record, matched[1])
+        if matched is None:
+            continue
+        rule, key = matched
+        if rule.id == "net.link_flap" and record.message.startswith("NetworkManager["):
+            if _NM_STATE_RE().match(record.message):
+                if key in disconnected:
+                    disconnected.discard(key)
+                    continue
+            elif len(disconnected) < _MAX_PORTS:
+                disconnected.add(key)
+        yield KernelEvent(rule.id, record, key)
 
 
 def parse_kernel_events(records: Iterable[KmsgRecord]) -> tuple[KernelEvent, ...]:

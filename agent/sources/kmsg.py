@@ -10,6 +10,14 @@ outputs (the "HOST kernel: " prefix is dropped), syslog files where kernel and u
 mix (a user-space line, "HOST sshd[12]: ...", is recognised and is no kernel record), and bare
 message text (`dmesg -t`, node-problem-detector's replay): support engineers receive all of them.
 
+One kind of user-space line is a record: a network manager's carrier change ("syslog-link": systemd-networkd's
+"ib6: Lost carrier" / "Gained carrier", NetworkManager's "device (ib0): carrier: link disconnected" and its
+"state change: activated -> unavailable (reason 'carrier-changed')"). The kernel prints an IPoIB port's
+carrier changes at debug level only, so these lines are what a syslog shows of an IB port flapping. Only a
+whole line of that exact grammar qualifies, and its record keeps the program's tag ("systemd-networkd[5398]:
+ib6: Lost carrier"), which no kernel message starts with: the Xid, SXid and catalogue rules written for
+kernel text never read it; `net.link_flap`'s patterns anchored on the tag do.
+
 Time: /dev/kmsg, pstore and plain dmesg carry seconds since boot (`ts_usec`): a log of
 one boot. When that clock goes back (a log that concatenates boots), the
 records before the last restart belong to earlier boots (`boot_start`). The
@@ -60,12 +68,23 @@ _CTIME_RE = lazy_compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \
                          r"\s?(.*)$")
 # journalctl -o short-precise / short, syslog: "Jan 02 15:20:12.123456 HOST kernel: msg" (local time, no year)
 _SYSLOG_RE = lazy_compile(r"^([A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+ kernel: .*)$")
-_SYSLOG_STAMP_RE = lazy_compile(r"^[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)? (.*)$")
+_SYSLOG_STAMP_RE = lazy_compile(r"^([A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?) (.*)$")
 _MONTH_DAY_RE = lazy_compile(r"^(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
                              r"(?: (\d{4}))?$")
 _JOURNAL_HOST_RE = lazy_compile(r"^\S+ kernel: (.*)$")
 # A syslog line of a user-space program: "HOST TAG[PID]: msg" (rsyslog, journalctl without -k)
 _USER_RE = lazy_compile(r"^\S+ (?!kernel:)[A-Za-z_][\w.@/()-]{0,63}(?:\[\d{1,10}\])?: ")
+# A network manager's carrier line after the stamp: "HOST systemd-networkd[PID]: PORT: Lost carrier", NetworkManager's
+# "HOST NetworkManager[PID]: <info>  [1692234567.1234] device (PORT): carrier: link disconnected" (older releases:
+# "<info> (PORT): link disconnected (deferring action for 4 seconds)") and its state change to unavailable
+# for a carrier change. The whole line, bounded, or no match: nothing else a program writes rides along.
+_LINK_USER_RE = lazy_compile(
+    r"^\S{1,255} (?P<line>systemd-networkd\[\d{1,10}\]: [^\s:/()]{1,15}: (?:[Ll]ost|[Gg]ained) carrier"
+    r"|NetworkManager\[\d{1,10}\]: (?:<[a-z]{4,5}> +)?(?:\[\d{1,12}\.\d{1,9}\] +)?(?:device )?\([^\s:/()]{1,15}\): "
+    r"(?:(?:carrier: )?link (?:dis)?connected(?: \((?:deferring action for \d{1,10} (?:milli)?seconds"
+    r"|calling deferred action|canceling deferred action)\))?"
+    r"|(?:device )?state change: [a-z-]{1,20} -> unavailable \(reason 'carrier-changed'"
+    r"(?:, [a-z-]{1,20}: '[a-z-]{0,20}'){0,3}\)(?: \[\d{1,4} \d{1,4} \d{1,4}\])?))$")
 # pstore (ramoops, ERST): "<6>[   12.345678] msg" records under "Panic#1 Part1" headers
 _PRIO_RE = lazy_compile(r"^<(\d{1,3})>(\[.*)$")
 _PSTORE_HEADER_RE = lazy_compile(r"^(?:Panic|Oops|Emergency|Shutdown|Halt|Poweroff|Restart|Unknown)#\d{1,10} "
@@ -86,9 +105,11 @@ TZ_SLACK = dt.timedelta(hours=14)  # stamps without a zone are node-local: no zo
 
 # The line grammars, in the order they are tried (the first that matches names the line).
 GRAMMARS = ("kmsg", "pstore-header", "pstore", "decoded", "dmesg", "reltime", "ctime", "iso", "syslog",
-            "syslog-user")
+            "syslog-link", "syslog-user")
 # Grammars whose lines are no kernel record: recognised, then left out.
 NOT_RECORDS = frozenset({"pstore-header", "syslog-user"})
+# The user-space lines that are records (a network manager's carrier change, tagged with its program).
+USER_RECORDS = frozenset({"syslog-link"})
 
 
 def line_grammar(line: str, journal: bool = False) -> str | None:
@@ -115,14 +136,16 @@ def line_grammar(line: str, journal: bool = False) -> str | None:
         return "ctime"
     if iso := _ISO_RE().match(line):
         rest = iso.group(2)
+        if _LINK_USER_RE().match(rest):
+            return "syslog-link"
         # In a journal, "HOST prog[pid]: ..." is a program's line; dmesg's own ISO lines (a kmsg.txt fed by
         # both) hold no such host and tag ("pci 0000:19:00.0: ...", "NVRM: Xid ...") and stay records.
         user = journal and not _JOURNAL_HOST_RE().match(rest) and _USER_RE().match(rest)
         return "syslog-user" if user else "iso"
     if _SYSLOG_RE().match(line):
         return "syslog"
-    if (stamp := _SYSLOG_STAMP_RE().match(line)) and _USER_RE().match(stamp.group(1)):
-        return "syslog-user"
+    if (stamp := _SYSLOG_STAMP_RE().match(line)) and _USER_RE().match(stamp.group(2)):
+        return "syslog-link" if _LINK_USER_RE().match(stamp.group(2)) else "syslog-user"
     return "bare"
 
 
@@ -138,13 +161,19 @@ def timeless(record: KmsgRecord) -> bool:
 
 
 def parse_kmsg_line(line: str, journal: bool = False) -> KmsgRecord | None:
-    """One line of any supported format; None for continuation, blank and user-space lines and pstore headers.
+    """One line of any supported format; None for continuation, blank and user-space lines (but a network
+    manager's carrier line) and pstore headers.
 
     A `dmesg -H` offset line ("[  +2.141017] msg") has no time of its own here; `parse_kmsg_text` dates it.
     """
     grammar = line_grammar(line, journal)
     if grammar is None or grammar in NOT_RECORDS:
         return None
+    if grammar == "syslog-link":
+        stamped = _ISO_RE().match(line) or _SYSLOG_STAMP_RE().match(line)
+        link = _LINK_USER_RE().match(stamped.group(2)) if stamped else None
+        if stamped and link:  # the program's line without the host: its tag says it is user space's
+            return KmsgRecord(message=link.group("line"), wall=stamped.group(1))
     if grammar == "pstore":
         prio = _PRIO_RE().match(line)
         inner = parse_kmsg_line(prio.group(2)) if prio else None

@@ -11,7 +11,8 @@ import time
 
 from agent.importers.bug_report import host_file
 from agent.importers.kernel_log import KernelLogImporter
-from agent.sources.kmsg import parse_kmsg_text
+from agent.sources.kernel_events import parse_kernel_events
+from agent.sources.kmsg import line_grammar, parse_kmsg_text
 from agent.sources.xid import parse_xids
 
 
@@ -50,3 +51,26 @@ def test_bug_report_sections_outside_proc_and_sys_are_no_host_files() -> None:
     assert host_file("*** /proc/driver/nvidia/./gpus/0000:19:00.0/information") == \
         "/proc/driver/nvidia/gpus/0000:19:00.0/information"
     assert host_file("*** /sys/kernel/mm/transparent_hugepage/enabled") == "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def test_only_a_whole_network_manager_carrier_line_is_a_record_and_nothing_rides_along() -> None:
+    # A network manager's carrier line is the one user-space line kept as a record (net.link_flap reads it). A
+    # program that appends text to that grammar, names a port past IFNAMSIZ or borrows another tag gets nothing.
+    xid = "NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    stamp = "Feb 13 04:56:0{} node7 "
+    lines = [stamp.format(0) + "systemd-networkd[812]: ib0: Lost carrier",
+             stamp.format(1) + f"systemd-networkd[812]: ib0: Lost carrier {xid}",
+             stamp.format(2) + f"NetworkManager[9]: <info>  [1.2] device (ib0): carrier: link disconnected {xid}",
+             stamp.format(3) + "NetworkManager[9]: <info>  [1.2] device (ib0): state change: activated -> "
+                               f"unavailable (reason 'carrier-changed') {xid}",
+             stamp.format(4) + "systemd-networkd[812]: " + "i" * 10_000 + ": Lost carrier",
+             stamp.format(5) + "evil[66]: ib0: Lost carrier",
+             "2025-02-13T04:56:06+0000 node7 systemd-networkd[812]: ib0: Lost carrier " + "x" * (1 << 20)]
+    start = time.monotonic()
+    records = parse_kmsg_text(lines)
+    assert time.monotonic() - start < 2.0
+    assert [line_grammar(line) for line in lines[:6]] == ["syslog-link"] + ["syslog-user"] * 5
+    assert line_grammar(lines[6]) != "syslog-link"  # no journal around it: dmesg ISO text, as before, no event
+    assert [r.message for r in records[:-1]] == ["systemd-networkd[812]: ib0: Lost carrier"]
+    assert [(e.rule, e.key) for e in parse_kernel_events(records)] == [("net.link_flap", "ib0")]
+    assert parse_xids(records) == ()
