@@ -55,7 +55,7 @@ from agent.node import NodeSource, open_node
 from agent.profiles import ProfileStore
 from agent.report.model import Report
 from agent.report.prom import render_families
-from agent.scheduler.metrics import DaemonGate
+from agent.scheduler.metrics import DaemonGate, DecisionMetrics
 from agent.sources.host import read_sysctls
 from agent.sources.kmsg import KMSG_DEVICE, KmsgFollower, boot_start
 from agent.sources.nvml_events import NvmlEvent, NvmlEventWatcher, XidLedger
@@ -438,8 +438,22 @@ class Daemon:
         self._judging = judging
         self.reload_status.succeeded()
         log.info("reloaded %s", what, extra={"fields": {"event": "reload", "ok": True}})
+        self._follow_gate()
         self._watched_files()
         self._changed.set()
+
+    def _follow_gate(self) -> None:
+        """health-check reads the state file where the config now says: write it there from now on.
+        The old one is left (another reader may hold it); it goes stale, which health-check handles."""
+        writer = self._gate.state_file
+        was = writer.state_dir
+        if writer.follow(self.request.config.state_dir, self.settings.intervals):
+            log.info("health-check state file: %s, fresh for %g s (was under %s)", writer.state_dir / "scheduler",
+                     writer.fresh_for_s, was, extra={"fields": {"event": "state_file", "was": str(was),
+                                                                "state_dir": str(writer.state_dir),
+                                                                "fresh_for_s": writer.fresh_for_s}})
+            if writer.state_dir != was:  # health-check leaves its decisions where it reads the state file
+                self._gate.decisions = DecisionMetrics(writer.state_dir)  # one assignment, seen whole by scrapes
 
     def _watched_files(self) -> bool:
         """Whether the waivers file, or the file a failed reload named, changed since last asked."""

@@ -42,6 +42,7 @@ import os
 import re
 import stat
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -105,12 +106,15 @@ def _temp_name(name: str) -> str:
     return f".{name[:200]}.{secrets.token_hex(6)}.tmp"
 
 
-def remove_temp_files(path: str | Path, *, dir_fd: int | None = None) -> list[str]:
+def remove_temp_files(path: str | Path, *, dir_fd: int | None = None, min_age_s: float = 0.0,
+                      own_only: bool = False) -> list[str]:
     """Delete the temporary files a killed `replace_file` of `path` left in its folder.
 
     Only names of our own pattern for exactly this file, only regular files (never a symlink
     someone planted under such a name), only in the folder as opened without following links
-    (or the folder `dir_fd` already held, where `path` is just the file's name in it).
+    (or the folder `dir_fd` already held, where `path` is just the file's name in it). A writer
+    that may share the folder with another live writer passes `min_age_s` (their names carry no
+    pid: age is what tells a killed write from one in flight) and `own_only` (our euid's files).
     """
     folder, name = os.path.split(os.fspath(path))
     pattern = re.compile(rf"^\.{re.escape(name[:200])}\.[0-9a-f]{{12}}\.tmp$")
@@ -120,8 +124,13 @@ def remove_temp_files(path: str | Path, *, dir_fd: int | None = None) -> list[st
         return []
     removed = []
     try:
+        now = time.time()
         for entry in os.listdir(fd):
-            if pattern.match(entry) and stat.S_ISREG(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+            if not pattern.match(entry):
+                continue
+            st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime >= min_age_s and (
+                    not own_only or st.st_uid == os.geteuid()):
                 os.unlink(entry, dir_fd=fd)
                 removed.append(entry)
         if removed:

@@ -45,9 +45,12 @@ def main() -> int:
         nodewarden = bin_path("nodewarden")
         commands: dict[str, Sequence[str]] = {
             BASELINE: [sys.executable, "-c", "import click"],
-            "health-check (state file)": [nodewarden, "health-check", "--state-dir", str(state), "--max-age", "1e9"],
+            # --simulate names the node the state file was written for; without it health-check judges
+            # this host live and the row would time a one-shot audit, not the state file.
+            "health-check (state file)": [nodewarden, "health-check", "--state-dir", str(state), "--max-age", "1e9",
+                                          "--simulate", "hgx-h100-drifted"],
             "health-check --npd (state file)": [nodewarden, "health-check", "--npd", "--state-dir", str(state),
-                                                "--max-age", "1e9"],
+                                                "--max-age", "1e9", "--simulate", "hgx-h100-drifted"],
             "health-check (cold audit, 8 GPUs)": [nodewarden, "health-check", "--state-dir", str(empty),
                                                   "--simulate", "hgx-h100-drifted"],
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,19 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Peers a fixture did not stop (an interrupted or failed run) stop with the session."""
     processes.stop_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def machine_state_untouched() -> Iterator[None]:
+    """No test writes the machine's /var/lib/nodewarden (a stale state file there changes what
+    health-check answers on it): one listing before the session, one after."""
+    from agent.config import DEFAULT_STATE_DIR
+    from tests.daemon_peer import changed_files, state_listing
+
+    before = state_listing()
+    yield
+    wrote = changed_files(before, state_listing())
+    assert not wrote, f"tests wrote under {DEFAULT_STATE_DIR}: {wrote} (give them a state_dir under tmp_path)"
 
 
 @dataclass

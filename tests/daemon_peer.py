@@ -1,4 +1,10 @@
-"""Start `nodewarden daemon` as a real process for tests and benchmarks, and scrape it."""
+"""Start `nodewarden daemon` as a real process for tests and benchmarks, and scrape it.
+
+Every daemon started here writes its state under the test's folder, never the machine's
+/var/lib/nodewarden (a test daemon's stale health-check state file there once made every simulated
+health-check on the machine answer Unknown): `running_daemon` gives it a config with `state_dir`
+under `tmp` and fails the test if the default state folder changed while it ran.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from agent.config import DEFAULT_STATE_DIR
 from tests.peers.redfish import _die_with_parent, free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,13 +98,53 @@ class DaemonProcess:
         return time.monotonic() - start
 
 
+def state_listing(root: Path = DEFAULT_STATE_DIR) -> dict[str, tuple[int, int]]:
+    """Every file under `root` with its (mtime_ns, size): what a test must leave as it found it."""
+    listing = {}
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):  # gone while we looked: another run's temporary file
+                st = os.lstat(os.path.join(folder, name))
+                listing[os.path.join(folder, name)] = (st.st_mtime_ns, st.st_size)
+    return listing
+
+
+def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    return sorted(path for path, seen in after.items() if before.get(path) != seen)
+
+
+def isolated_args(tmp: Path, args: tuple[str, ...], port: int) -> tuple[str, ...]:
+    """ARGS with a config whose state_dir is under `tmp`: a config of the test's without one gets one
+    (written back as JSON, which YAML reads); no config at all gets a config of just that."""
+    state = tmp / "state"
+    for i, arg in enumerate(args):
+        named = args[i + 1] if arg == "--config" and i + 1 < len(args) else (
+            arg.removeprefix("--config=") if arg.startswith("--config=") else None)
+        if named is None:
+            continue
+        config = Path(named)
+        with contextlib.suppress(OSError, yaml.YAMLError):  # unreadable: the daemon says why and exits
+            doc = yaml.safe_load(config.read_text()) or {}
+            if isinstance(doc, dict) and "state_dir" not in doc:
+                config.write_text(json.dumps({**doc, "state_dir": str(state)}, default=str) + "\n")
+        return args
+    config = tmp / f"daemon-{port}.yaml"
+    config.write_text(f"state_dir: {json.dumps(str(state))}\n")
+    return (*args, "--config", str(config))
+
+
 @contextlib.contextmanager
 def running_daemon(tmp: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None,
                    scheme: str = "http", context: ssl.SSLContext | None = None,
-                   ready: bool = True) -> Iterator[DaemonProcess]:
-    """`nodewarden daemon ARGS --listen 127.0.0.1:PORT`, stopped (SIGKILL if need be) at exit."""
+                   ready: bool = True, defaults: bool = False) -> Iterator[DaemonProcess]:
+    """`nodewarden daemon ARGS --listen 127.0.0.1:PORT`, stopped (SIGKILL if need be) at exit.
+
+    Its state_dir is under `tmp` (isolated_args), and a change under /var/lib/nodewarden while it
+    ran fails the test, unless `defaults` (a test of the default paths, which writes there)."""
     port = port or free_port()
     log_path = tmp / f"daemon-{port}.log"
+    args = args if defaults else isolated_args(tmp, args, port)
+    before = state_listing()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "agent", "daemon", "--listen", f"127.0.0.1:{port}", *args],
@@ -111,3 +160,5 @@ def running_daemon(tmp: Path, *args: str, env: dict[str, str] | None = None, por
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=5)
+    wrote = [] if defaults else changed_files(before, state_listing())
+    assert not wrote, f"the daemon wrote under {DEFAULT_STATE_DIR}: {wrote} (give it a state_dir under tmp_path)"

@@ -126,7 +126,11 @@ def test_report_follows_the_v1_contract(run_cli: RunCli) -> None:
     assert nvml["ok"] is True and nvml["recorded"] is True and nvml["gpu_count"] == 8
     assert nvml["driver_version"] == "535.129.03"
     for finding in report["findings"]:
-        assert set(finding) == FINDING_KEYS
+        is_gpu = finding["subject"].startswith("gpu") and finding["subject"][3:].isdigit()
+        assert set(finding) == FINDING_KEYS | ({"gpu"} if is_gpu else set())  # a GPU's finding names the GPU
+        if is_gpu:
+            assert finding["gpu"]["index"] == int(finding["subject"][3:])
+            assert set(finding["gpu"]) <= {"index", "uuid", "pci_bus_id", "serial", "source"}
         assert finding["status"] in {"pass", "warn", "fail", "unknown", "skip", "fixed"}
         assert finding["severity"] in {"info", "warning", "critical"}
         assert finding["source"] in {"host", "nvml", "redfish", "ipmi", "kmsg", "crosscheck"}

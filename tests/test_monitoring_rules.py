@@ -181,7 +181,8 @@ def test_rules_shape() -> None:
                 "NodewardenTuningDrift", "NodewardenNodeWarning", "NodewardenSourceDown", "NodewardenSourceStale",
                 "NodewardenDaemonDown", "NodewardenMetricsAbsent", "NodewardenXidCritical", "NodewardenXidWarning",
                 "NodewardenGpuThermalMarginLow", "NodewardenIbPortFlapping", "NodewardenFirmwareDrift",
-                "NodewardenFirmwareMixed", "NodewardenConfigReloadFailed", "NodewardenAuditStale"}
+                "NodewardenFirmwareMixed", "NodewardenConfigReloadFailed", "NodewardenAuditStale",
+                "NodewardenHealthCheckBreakerOpen"}
     assert set(names) == expected
     for rule in alerts():  # alerts per node, not per finding, GPU or port: `for` on every state alert
         if rule["alert"] not in {"NodewardenXidCritical", "NodewardenXidWarning", "NodewardenIbPortFlapping"}:

@@ -121,6 +121,8 @@ def test_a_stale_state_file_decides_nothing(cluster: SlurmCluster, tmp_path: Pat
     folder.mkdir(parents=True, mode=0o700)
     (tmp_path / "state").chmod(0o700)
 
+    named = ("--state-dir", str(tmp_path / "state"))  # a recording is answered from the daemon named here only
+
     def stale(simulate: str, verdict: str) -> None:  # a daemon replaying what the check replays, gone quiet
         path = (REPO / "fixtures" / "nodes" / simulate).resolve()
         (folder / "daemon.json").write_text(json.dumps({
@@ -128,14 +130,14 @@ def test_a_stale_state_file_decides_nothing(cluster: SlurmCluster, tmp_path: Pat
             "reading": f"simulated:{path}", "confirmed_at": time.time() - 3600, "fresh_for_s": 180}))
 
     stale(LOST_GPU, "DRAIN")
-    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    done = health_check(cluster, config, "--simulate", LOST_GPU, *named)
     assert done.returncode == EXIT_UNKNOWN, done.stdout + done.stderr
     assert "state file stale" in done.stdout
     assert cluster.state() == ("idle", "")
     cluster.drain(cluster.node, "nodewarden: gpu.lost gpu7: ours")  # nor is our own drain resumed
     stale(HEALTHY, "OK")
     for _ in range(3):
-        done = health_check(cluster, config, "--simulate", HEALTHY)
+        done = health_check(cluster, config, "--simulate", HEALTHY, *named)
         assert done.returncode == EXIT_UNKNOWN and "state file stale" in done.stdout
     assert cluster.state() == ("drained", "nodewarden: gpu.lost gpu7: ours")
 

@@ -26,7 +26,8 @@ def default_node() -> str:
 @click.option("--dry-run", is_flag=True, help="With --slurm: print the scontrol command it would run; change nothing.")
 @click.option("--node", metavar="NAME", help="Slurm node name (default: $SLURMD_NODENAME, else the short host name).")
 @click.option("--state-dir", type=PATH, metavar="DIR",
-              help="Where the daemon's state file and the decisions are (default: the config's state_dir).")
+              help="Where the daemon's state file and the decisions are (default: the config's state_dir). "
+                   "With --simulate/--snapshot, only a daemon's folder named here answers for the recording.")
 @click.option("--max-age", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Oldest state file answered from (default: the config's, else 3 daemon poll intervals).")
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
@@ -56,7 +57,8 @@ def health_check(simulate: str | None, snapshot: Path | None, config_path: Path 
         raise click.BadParameter(f"{name[:80]!r}: a Slurm node name is 1-64 of A-Z a-z 0-9 . _ -, "
                                  "starting with a letter or digit", param_hint="--node")
     config = load_cli_config(config_path)
-    settings = settings_from(config, state_dir=state_dir, deadline_s=deadline, max_age_s=max_age)
+    settings = settings_from(config, state_dir=state_dir, deadline_s=deadline, max_age_s=max_age,
+                             recording=bool(simulate or snapshot))
     if fail_on:
         settings = dataclasses.replace(settings, drain_on=fail_on)
     audit = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, bmc=bmc_options(config, bmc))

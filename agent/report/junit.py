@@ -2,7 +2,8 @@
 
 fail -> <failure>, unknown -> <error> (the check could not run), skip and
 waived -> <skipped>, warn -> passes with the message in <system-out>. A finding of
-an imported snapshot names its inputs in the testcase's <properties> (`evidence`).
+an imported snapshot names its inputs in the testcase's <properties> (`evidence`); a GPU's
+finding names the GPU there (`gpu.uuid`, `gpu.pci_bus_id`, `gpu.serial`: agent.report.gpu_identity).
 Every text is cleaned (`agent.sanitise`): XML 1.0 cannot hold NUL, ESC and
 most other control characters even escaped, so one would make the file unreadable.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from agent.model import Finding, Status
+from agent.report.gpu_identity import gpu_identities, gpu_of
 from agent.report.model import Report
 from agent.sanitise import clean
 
@@ -23,6 +25,7 @@ def render_junit(report: Report) -> str:
         by_area.setdefault(finding.check.split(".", 1)[0], []).append(finding)
     hostname = clean(str(report.node.get("hostname") or "node"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    gpus = gpu_identities(report.facts)
     for area, findings in sorted(by_area.items()):
         suite = ET.SubElement(suites, "testsuite", name=clean(f"{hostname}.{area}"), hostname=hostname,
                               timestamp=clean(report.started_at))
@@ -31,9 +34,13 @@ def render_junit(report: Report) -> str:
             counts["tests"] += 1
             case = ET.SubElement(suite, "testcase", classname=clean(finding.check), name=clean(finding.subject),
                                  time="0")
-            if finding.evidence:  # an imported snapshot: the inputs this finding's facts came from
+            gpu = gpu_of(finding.subject, gpus) or {}
+            named = [(f"gpu.{key}", str(gpu[key])) for key in ("uuid", "pci_bus_id", "serial") if key in gpu]
+            if finding.evidence or named:
                 properties = ET.SubElement(case, "properties")
-                for ref in finding.evidence:
+                for prop, text in named:  # which GPU, for a per-device consumer
+                    ET.SubElement(properties, "property", name=prop, value=clean(text))
+                for ref in finding.evidence or ():  # an imported snapshot: the inputs of this finding's facts
                     ET.SubElement(properties, "property", name="evidence", value=clean(
                         f"{ref.describe()} [{ref.kind}]"))
             detail = (f"observed: {clean(repr(finding.observed))}\nexpected: {clean(repr(finding.expected))}\n"

@@ -12,6 +12,7 @@ from typing import Any
 from agent import __version__
 from agent.facts import NodeFacts
 from agent.model import Finding, SourceStatus, Status
+from agent.report.gpu_identity import gpu_identities, gpu_of
 from agent.report.verdict import verdict_json
 
 REPORT_SCHEMA = "nodewarden.report/v1"
@@ -42,6 +43,14 @@ class Report:
         return 1 if failed else 0
 
     def to_json(self) -> dict[str, Any]:
+        gpus = gpu_identities(self.facts)  # a GPU subject's UUID, bus id, serial (agent.report.gpu_identity)
+        findings = []
+        for finding in self.findings:
+            doc = finding.to_json()
+            gpu = gpu_of(finding.subject, gpus)
+            if gpu is not None:
+                doc["gpu"] = gpu
+            findings.append(doc)
         return {
             "schema": REPORT_SCHEMA,
             "nodewarden_version": __version__,
@@ -51,8 +60,8 @@ class Report:
             "started_at": self.started_at,
             "duration_s": round(self.duration_s, 6),
             "sources": {name: status.to_json() for name, status in sorted(self.sources.items())},
-            "findings": [f.to_json() for f in self.findings],
+            "findings": findings,
             "summary": self.summary(),
-            **verdict_json(self.findings),
+            **verdict_json(self.findings, gpus),
             **self.extra,
         }

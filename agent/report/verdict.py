@@ -29,6 +29,7 @@ from agent.model import Finding, Severity, Status
 from agent.names import compress, natural_key
 from agent.report.collapse import rank
 from agent.report.fit import row, wrap
+from agent.report.gpu_identity import GpuIdentity, gpu_of
 from agent.sanitise import clean
 
 OK, DEGRADED, DRAIN = "OK", "DEGRADED", "DRAIN"
@@ -118,20 +119,25 @@ def _items(ask: Ask, subjects: dict[int, str]) -> str:
     return "; ".join(parts) + (f" and {left} more" if left else "")
 
 
-def verdict_json(findings: list[Finding]) -> dict[str, Any]:
-    """`verdict` and `actions` of the JSON report: the actions asked for, worst first, unjudged left out."""
+def verdict_json(findings: list[Finding], gpus: dict[str, GpuIdentity] | None = None) -> dict[str, Any]:
+    """`verdict` and `actions` of the JSON report: the actions asked for, worst first, unjudged left out.
+
+    Each action's `gpus`: the identities (`gpus`, agent.report.gpu_identity) of its GPU subjects."""
     verdict = judge(findings)
     actions = []
     for ask in verdict.asks:
         if ask.action == NOT_JUDGED:
             continue
         ordered = sorted(ask.findings, key=lambda f: (rank(f), f.check, natural_key(f.subject)))
+        subjects = list(dict.fromkeys(f.subject for f in ordered))
+        named = [gpu_of(s, gpus or {}) for s in subjects]
         actions.append({
             "action": ask.action,
             "severity": ask.worst.severity.value,
             "drains": any(drains(f) for f in ask.findings),
             "checks": list(dict.fromkeys(f.check for f in ordered)),
-            "subjects": list(dict.fromkeys(f.subject for f in ordered)),
+            "subjects": subjects,
+            "gpus": [g for g in named if g is not None],
             "message": ask.worst.message,
         })
     return {"verdict": verdict.state, "actions": actions}

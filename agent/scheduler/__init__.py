@@ -9,6 +9,7 @@ done: not drained, not resumed, exit Unknown. Then one of: print it (plain), act
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import time
@@ -25,6 +26,7 @@ __all__ = ["EXIT_BAD", "EXIT_OK", "EXIT_UNKNOWN", "HealthRequest", "Outcome", "a
            "valid_node_name"]
 
 EXIT_OK, EXIT_BAD, EXIT_UNKNOWN = 0, 1, 3  # plain and --slurm; --npd has its own (0, 1, 2)
+RECORDING = "one-shot audit of the recording, not the daemon's state file"
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # never "-x": it reaches scontrol's argv
 
 
@@ -53,6 +55,10 @@ def answer_for(request: HealthRequest) -> Answer:
     audit = request.audit
     judged = (reading("simulated", simulated_path(audit.simulate)) if audit.simulate
               else reading("snapshot", audit.snapshot) if audit.snapshot else "live")
+    if not request.settings.daemon_state:  # a recording: audited once (agent.scheduler.settings)
+        from agent.scheduler.oneshot import audit_once
+
+        return dataclasses.replace(audit_once(request.audit, request.settings.deadline_s), how=RECORDING)
     answer = read_state(request.settings.state_dir, request.settings.max_age_s, judged=judged)
     if answer is not None:
         return answer
@@ -91,7 +97,7 @@ def run_health_check(request: HealthRequest) -> Outcome:
     now = time.time()
     entry = {"at": round(now, 3), "node": request.node, "action": decision.action, "verdict": answer.verdict,
              "how": answer.how, "why": decision.why, **({"argv": decision.argv} if decision.argv else {}),
-             **({"gpus": answer.gpus} if answer.gpus and decision.action == "drain" else {})}
+             **({"gpus": answer.drained_gpus()} if answer.drained_gpus() and decision.action == "drain" else {})}
     record(settings.state_dir, entry)
     try:
         write_decision(settings.state_dir, {"at": now, "node": request.node, "verdict": answer.verdict,

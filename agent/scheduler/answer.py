@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.facts_nvml import NvmlFacts
+from agent.facts import NodeFacts
+from agent.report.gpu_identity import GpuIdentity, gpu_identities
 from agent.report.model import Report
 from agent.report.verdict import VERDICTS, verdict_json
 
@@ -21,6 +22,8 @@ MAX_ACTIONS = 32
 MAX_TEXT = 200  # characters of a message or name kept from a summary
 MAX_ITEMS = 16  # checks/subjects kept per action
 MAX_GPUS = 64
+MAX_TRAIL_GPUS = 8  # GPU identities per decision: a trail line stays well under its 2 KB
+GPU_FIELDS = ("uuid", "pci_bus_id", "serial", "source")
 _UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;_()/#%+@=\[\]<>~-]")  # what a Slurm reason and a log line may carry
 
 
@@ -32,7 +35,7 @@ class Answer:
     how: str  # "state file", "one-shot audit"
     why: str = ""
     actions: list[dict[str, Any]] = field(default_factory=list)
-    gpus: dict[str, str] = field(default_factory=dict)  # subject -> GPU UUID, where NVML read one
+    gpus: dict[str, str] = field(default_factory=dict)  # subject -> GPU UUID, where one is known
     age_s: float | None = None
 
     def worst(self, limit: int = 120) -> str:
@@ -44,6 +47,15 @@ class Answer:
         head = " ".join([ask["checks"][0], *subjects]) if ask["checks"] else ask["action"]
         return short(f"{head}: {ask['message']}" if ask["message"] else head, limit)
 
+    def drained_gpus(self) -> list[GpuIdentity]:
+        """The identities of the GPUs the draining actions name (for the decision trail), at most MAX_TRAIL_GPUS."""
+        seen: dict[int, GpuIdentity] = {}
+        for ask in self.actions:
+            if ask.get("drains"):
+                for gpu in ask.get("gpus", []):
+                    seen.setdefault(gpu["index"], gpu)
+        return list(seen.values())[:MAX_TRAIL_GPUS]
+
 
 def short(text: str, limit: int) -> str:
     """One line of safe characters (no quotes, no control characters), cut to `limit`."""
@@ -51,11 +63,9 @@ def short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def gpu_uuids(nvml: object) -> dict[str, str]:
+def gpu_uuids(identities: dict[str, GpuIdentity]) -> dict[str, str]:
     """`gpu3` -> its UUID, for a per-device consumer (a finding's subject is the NVML index)."""
-    if not isinstance(nvml, NvmlFacts):
-        return {}
-    return {f"gpu{gpu.index}": gpu.uuid for gpu in nvml.gpus[:MAX_GPUS] if isinstance(gpu.uuid, str)}
+    return {subject: gpu["uuid"] for subject, gpu in list(identities.items())[:MAX_GPUS] if "uuid" in gpu}
 
 
 def reading(mode: str, path: str | os.PathLike[str] | None) -> str:
@@ -64,12 +74,13 @@ def reading(mode: str, path: str | os.PathLike[str] | None) -> str:
     return "live" if mode == "live" or path is None else f"{mode}:{os.path.realpath(path)}"
 
 
-def summarise(report: Report) -> dict[str, Any]:
-    """The verdict, the actions (worst first) and the GPUs' UUIDs of one evaluation."""
-    facts = report.facts
+def summarise(report: Report, earlier: dict[str, GpuIdentity] | None = None) -> dict[str, Any]:
+    """The verdict, the actions (worst first, each with its GPUs' identities) and the GPUs' UUIDs of one
+    evaluation; `earlier`: the GPU identities the daemon's earlier evaluations knew (gpu_identity.learn)."""
+    ids = gpu_identities(report.facts if isinstance(report.facts, NodeFacts) else None, earlier)
     snap = report.node.get("snapshot")
-    return {"schema": SUMMARY_SCHEMA, **verdict_json(report.findings), "profile": report.profile,
-            "evaluated_at": report.started_at, "gpus": gpu_uuids(facts.nvml if facts is not None else None),
+    return {"schema": SUMMARY_SCHEMA, **verdict_json(report.findings, ids), "profile": report.profile,
+            "evaluated_at": report.started_at, "gpus": gpu_uuids(ids),
             "reading": reading(str(report.node.get("mode")), snap.get("path") if isinstance(snap, dict) else None)}
 
 
@@ -87,6 +98,21 @@ def _texts(value: object, what: str) -> list[str]:
     if not isinstance(value, list):
         raise SummaryError(f"{what} is not a list")
     return [_text(v, what) for v in value[:MAX_ITEMS]]
+
+
+def _gpus(value: object) -> list[GpuIdentity]:
+    """An action's GPU identities read back: objects with an index, known string fields only."""
+    if value is None:
+        return []  # a state file from before GPU identities
+    if not isinstance(value, list):
+        raise SummaryError("an action's gpus is not a list")
+    out = []
+    for item in value[:MAX_ITEMS]:
+        index = item.get("index") if isinstance(item, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < 1000:
+            raise SummaryError("a GPU without an index")
+        out.append({"index": index, **{k: _text(item[k], k) for k in GPU_FIELDS if k in item}})
+    return out
 
 
 def parse_summary(doc: object, how: str, *, age_s: float | None = None) -> Answer:
@@ -107,6 +133,7 @@ def parse_summary(doc: object, how: str, *, age_s: float | None = None) -> Answe
                         "severity": _text(item.get("severity"), "severity"),
                         "checks": _texts(item.get("checks"), "checks"),
                         "subjects": _texts(item.get("subjects"), "subjects"),
+                        "gpus": _gpus(item.get("gpus")),
                         "message": _text(item.get("message") or "", "message")})
     gpus_raw = doc.get("gpus") or {}
     if not isinstance(gpus_raw, dict):

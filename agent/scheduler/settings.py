@@ -28,6 +28,10 @@ class HealthSettings:
     slurm_bin_dir: Path | None = None
     slurm_conf: Path | None = None
     slurm_timeout_s: float = 10.0
+    # Whether the daemon's state file may answer. Not for --simulate/--snapshot unless --state-dir names
+    # the folder: a recording is never the node the configured daemon judges (a stale state file of a
+    # test daemon once made every simulated check Unknown), so it is audited once instead.
+    daemon_state: bool = True
 
     def bad(self, verdict: str) -> bool:
         """Whether `verdict` drains (and is NonOK for node-problem-detector)."""
@@ -35,7 +39,7 @@ class HealthSettings:
 
 
 def settings_from(config: Config, *, state_dir: Path | None = None, deadline_s: float | None = None,
-                  max_age_s: float | None = None) -> HealthSettings:
+                  max_age_s: float | None = None, recording: bool = False) -> HealthSettings:
     section: dict[str, Any] = config.health_check
 
     def path(key: str) -> Path | None:
@@ -53,4 +57,5 @@ def settings_from(config: Config, *, state_dir: Path | None = None, deadline_s: 
         slurm_bin_dir=path("slurm_bin_dir"),
         slurm_conf=path("slurm_conf"),
         slurm_timeout_s=float(section.get("slurm_timeout_s", 10.0)),
+        daemon_state=not recording or state_dir is not None,
     )

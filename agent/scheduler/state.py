@@ -4,6 +4,8 @@
                  (when its facts were last judged or confirmed unchanged), `fresh_for_s` (3 of its
                  host/NVML poll intervals) and when each source was last read. Written atomically by
                  the daemon (`DaemonStateFile.update`, after each evaluation and as polls confirm it).
+                 Each action names its GPUs (`gpus`: agent.report.gpu_identity's objects, as in the
+                 JSON report); a GPU lost since the daemon started keeps the UUID NVML gave it before.
 * decision.json  health-check's last decision ({at, action, verdict, node, why}): the daemon exports it
                  (`nodewarden_health_check_last_run_timestamp_seconds`, `..._action{action}`), since
                  health-check runs as its own short process.
@@ -26,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import NodewardenError
-from agent.fsutil import replace_file, trusted_dir
+from agent.fsutil import remove_temp_files, replace_file, trusted_dir
 from agent.jsonfile import JsonInputError, load_json_file
+from agent.report.gpu_identity import GpuIdentity, gpu_identities, learn
 from agent.report.model import Report
 from agent.scheduler.answer import Answer, SummaryError, parse_summary, summarise
 from agent.scheduler.settings import DEFAULT_MAX_AGE_S
@@ -40,6 +43,7 @@ MAX_SMALL_BYTES = 16 << 10
 MAX_ACCEPT_BYTES = 4 << 20  # last.json carries the run's drift too
 FUTURE_SLACK_S = 30.0  # a state file from further in the future than this is not believed
 REWRITE_EVERY_S = 5.0  # a steady node's state file is refreshed at most this often
+STALE_TEMP_S = 60.0  # a temporary daemon.json older than this is a killed daemon's, not a write in flight
 ACTIONS = ("drain", "resume", "none", "breaker")  # the decisions the daemon exports
 
 
@@ -52,18 +56,44 @@ def _dump(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
 
 
+def _fresh_for(poll_intervals: dict[str, float]) -> float:
+    return 3 * max((poll_intervals.get(name, 60.0) for name in ("host", "nvml")), default=60.0)
+
+
 class DaemonStateFile:
     """The daemon's side: `update` after each evaluation and each loop turn (cheap when nothing moved)."""
 
     def __init__(self, state_dir: Path, poll_intervals: dict[str, float]) -> None:
-        self.state_dir = state_dir
-        slowest = max((poll_intervals.get(name, 60.0) for name in ("host", "nvml")), default=60.0)
-        self.fresh_for_s = 3 * slowest
+        self.state_dir, self.fresh_for_s = state_dir, _fresh_for(poll_intervals)
         self._report: Report | None = None
         self._summary: dict[str, Any] = {}
         self._written_at = 0.0
         self._written_confirmed = 0.0
         self._failed: str | None = None
+        # Each GPU's identity as NVML last gave it: a GPU that falls off the bus later is still named
+        # by its UUID in the state file (agent.report.gpu_identity).
+        self._gpus: dict[str, GpuIdentity] = {}
+        self._swept = False  # the temporary files a killed daemon left: removed before the first write
+
+    def follow(self, state_dir: Path, poll_intervals: dict[str, float]) -> bool:
+        """A reload's settings: whether they moved the file (written there at the next update)."""
+        where = (state_dir, _fresh_for(poll_intervals))
+        if where == (self.state_dir, self.fresh_for_s):
+            return False
+        self.state_dir, self.fresh_for_s = where
+        self._report, self._failed, self._swept = None, None, False  # rewritten, and that folder swept
+        return True
+
+    def _sweep(self, path: Path) -> None:
+        self._swept = True
+        try:
+            removed = remove_temp_files(path, min_age_s=STALE_TEMP_S, own_only=True)
+        except OSError as exc:  # a file that went while we looked: the next start tries again
+            log.warning("could not remove stale temporary state files: %s", exc)
+            return
+        if removed:
+            log.info("removed %d stale temporary state file(s) in %s", len(removed), path.parent,
+                     extra={"fields": {"event": "state_file", "removed": removed}})
 
     def update(self, report: Report | None, confirmed_at: float, last_read: dict[str, float]) -> None:
         if report is None:
@@ -75,12 +105,16 @@ class DaemonStateFile:
                                        or now - self._written_at < REWRITE_EVERY_S):
             return
         if report is not self._report:
-            self._summary = summarise(report)
+            self._summary = summarise(report, self._gpus)
+            self._gpus = learn(self._gpus, gpu_identities(report.facts))
         doc = {**self._summary, "confirmed_at": confirmed_at, "fresh_for_s": self.fresh_for_s,
                "sources": {name: {"ok": status.ok, "last_read": last_read.get(name)}
                            for name, status in report.sources.items() if status.configured}}
         try:
-            replace_file(folder(self.state_dir, create=True) / STATE_FILE, _dump(doc), 0o644)
+            path = folder(self.state_dir, create=True) / STATE_FILE
+            if not self._swept:
+                self._sweep(path)
+            replace_file(path, _dump(doc), 0o644)
         except (OSError, NodewardenError) as exc:  # the daemon goes on; health-check will see a stale file
             if str(exc) != self._failed:
                 log.error("could not write the health-check state file: %s", exc,

@@ -26,9 +26,24 @@ MAX_BYTES = 1 << 20
 MAX_LINE = 2048
 
 
+def _line(entry: dict[str, Any]) -> str:
+    """One JSON line of at most MAX_LINE characters: a drain's GPUs shrink to index and UUID, then go,
+    before the line would be cut (a cut line is no JSON: the next rewrite drops it)."""
+    def dump(doc: dict[str, Any]) -> str:
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+    line = dump(entry)
+    if len(line) > MAX_LINE and isinstance(entry.get("gpus"), list):
+        line = dump({**entry, "gpus": [{k: g[k] for k in ("index", "uuid") if k in g}
+                                       for g in entry["gpus"] if isinstance(g, dict)]})
+        if len(line) > MAX_LINE:
+            line = dump({k: v for k, v in entry.items() if k != "gpus"})
+    return line[:MAX_LINE]
+
+
 def record(state_dir: Path, entry: dict[str, Any]) -> str | None:
     """Log `entry` and append it to the trail; the error text when the trail could not be written."""
-    line = json.dumps(entry, separators=(",", ":"), ensure_ascii=True, allow_nan=False)[:MAX_LINE]
+    line = _line(entry)
     level = logging.CRITICAL if entry.get("action") == "breaker" else (
         logging.WARNING if entry.get("action") in ("drain", "unknown", "failed") else logging.INFO)
     log.log(level, "health-check %s: %s", entry.get("action"), entry.get("why", ""),

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,11 +18,15 @@ from agent.scheduler.answer import Answer
 from agent.scheduler.settings import HealthSettings
 from agent.scheduler.slurm import decide, reason_for
 from agent.scheduler.state import accepted_since, read_state
+from agent.scheduler.trail import MAX_LINE, record
 
 NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))
 GOOD = {"schema": "nodewarden.health/v1", "verdict": "DRAIN", "gpus": {},
         "actions": [{"action": "drain", "drains": True, "severity": "critical", "checks": ["gpu.lost"],
                      "subjects": ["gpu7"], "message": "GPU 7 lost"}]}
+
+LOST_ACTION: dict[str, Any] = {"action": "drain", "drains": True, "severity": "critical", "checks": ["gpu.lost"],
+                               "subjects": ["gpu7"], "message": "GPU 7 lost"}
 
 
 def state_dir(tmp_path: Path, doc: object | bytes) -> Path:
@@ -42,6 +47,16 @@ def state_dir(tmp_path: Path, doc: object | bytes) -> Path:
     ({**GOOD, "confirmed_at": time.time(), "actions": "drain"}, "actions is not a list"),
     ({**GOOD, "confirmed_at": time.time(), "actions": [{"action": 7}]}, "not a string"),
     ({**GOOD, "confirmed_at": time.time(), "schema": "other/v1"}, "not a nodewarden.health/v1"),
+    # an action's GPU identities (issue 24.4): a list of objects, each with an index, strings only
+    ({**GOOD, "confirmed_at": time.time(), "actions": [{**LOST_ACTION, "gpus": "GPU-1"}]},
+     "gpus is not a list"),
+    ({**GOOD, "confirmed_at": time.time(), "actions": [{**LOST_ACTION, "gpus": [{"uuid": "GPU-1"}]}]},
+     "a GPU without an index"),
+    ({**GOOD, "confirmed_at": time.time(), "actions": [{**LOST_ACTION, "gpus": [{"index": True}]}]},
+     "a GPU without an index"),
+    ({**GOOD, "confirmed_at": time.time(),
+      "actions": [{**LOST_ACTION, "gpus": [{"index": 7, "uuid": ["GPU-1"]}]}]},
+     "uuid is not a string"),
     ([1, 2], "not an object"),
 ])
 def test_a_hostile_state_file_gives_no_verdict(tmp_path: Path, doc: object, why: str) -> None:
@@ -58,6 +73,29 @@ def test_a_reason_never_carries_unsafe_text() -> None:
     assert reason.startswith("nodewarden: gpu.lost gpu7: lost ")
     assert len(reason) <= 100 and reason.isascii() and reason.isprintable()
     assert not set(reason) & set("\n\"'`$\x1b")
+
+
+def test_gpu_identities_read_back_are_bounded_and_clean(tmp_path: Path) -> None:
+    gpu = {"index": 7, "uuid": "GPU-1\n$(reboot)`x`" + "f" * 500, "serial": "1", "source": "bmc", "extra": "x" * 10}
+    doc = {**GOOD, "confirmed_at": time.time(),
+           "actions": [{**LOST_ACTION, "gpus": [gpu] * 100}]}
+    answer = read_state(state_dir(tmp_path, doc), None)
+    assert answer is not None and answer.verdict == "DRAIN"
+    (first, *rest) = answer.actions[0]["gpus"]
+    assert len(rest) < 16 and set(first) == {"index", "uuid", "serial", "source"}  # unknown keys dropped
+    assert len(first["uuid"]) <= 200 and not set(first["uuid"]) & set("\n$`")
+    assert len(answer.drained_gpus()) == 1  # one GPU, however often it is named
+
+
+def test_a_drain_naming_long_gpu_identities_still_leaves_one_json_line(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir(mode=0o700)
+    gpus = [{"index": i, "uuid": "GPU-" + "a" * 150, "pci_bus_id": "b" * 200, "serial": "c" * 200,
+             "source": "bmc"} for i in range(8)]
+    assert record(tmp_path / "state", {"at": 1.0, "action": "drain", "why": "w", "gpus": gpus}) is None
+    line = (tmp_path / "state" / "scheduler" / "decisions.jsonl").read_text().splitlines()[-1]
+    assert len(line) <= MAX_LINE
+    entry = json.loads(line)  # whole, never cut mid-way
+    assert entry["action"] == "drain" and entry["gpus"][7] == {"index": 7, "uuid": "GPU-" + "a" * 150}
 
 
 def fake_tools(tmp_path: Path, scontrol: str, sinfo: str) -> HealthSettings:
@@ -134,3 +172,30 @@ def test_an_acceptance_result_someone_else_owns_is_ignored(tmp_path: Path) -> No
     os.chown(last, 65534, 65534)
     passed, why = accepted_since(tmp_path, 0.0)
     assert passed is False and "not root's" in why
+
+
+def test_the_start_sweep_takes_no_link_and_no_file_of_another_user(tmp_path: Path) -> None:
+    """Under the temporary-file name of daemon.json: a symlink to a file that must survive, a file of
+    another user, and a folder. The daemon's first write removes only its own old temporary file."""
+    from agent.config import Config
+    from agent.engine import AuditRequest, run_audit
+    from agent.scheduler.state import DaemonStateFile
+
+    folder = state_dir(tmp_path, GOOD).joinpath("scheduler")
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    ours, link, theirs, inner = (folder / f".daemon.json.{n * 12}.tmp" for n in "abcd")
+    ours.write_text("{}\n")
+    theirs.write_text("{}\n")
+    os.chown(theirs, 65534, 65534)
+    link.symlink_to(victim)
+    inner.mkdir()
+    old = time.time() - 3600
+    for path in (ours, theirs, inner, victim):
+        os.utime(path, (old, old))
+    os.utime(link, (old, old), follow_symlinks=False)
+    report = run_audit(AuditRequest(config=Config(), simulate="hgx-h100-healthy"))
+    DaemonStateFile(tmp_path / "state", {}).update(report, time.time(), {})
+    assert not ours.exists()
+    assert link.is_symlink() and theirs.exists() and inner.is_dir() and victim.read_text() == "keep\n"
+    assert json.loads((folder / "daemon.json").read_text())["verdict"] == "OK"
