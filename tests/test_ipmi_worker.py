@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -71,6 +72,11 @@ def received_something(sock: socket.socket) -> bool:
         return False
 
 
+def is_reader(cmdline: list[str]) -> bool:
+    """The reader process: nodewarden's IPMI worker, or a test's stand-in for it (`python()`)."""
+    return "agent.sources.ipmi_worker" in cmdline or any(WORKER_PRELUDE in arg for arg in cmdline)
+
+
 class WatchedRead:
     """read_ipmi_live in a thread, while this one watches the reader processes it starts."""
 
@@ -78,6 +84,7 @@ class WatchedRead:
         self.result: tuple[Any, SourceStatus, dict[str, Any]] | None = None
         self.elapsed_s = 0.0
         self.seen: dict[int, psutil.Process] = {}
+        self.described: dict[int, str] = {}  # what each process looked like, for a failure's message
         self._thread = threading.Thread(target=self._run, args=args, kwargs=kwargs, name="test-watched-read")
 
     def _run(self, *args: Any, **kwargs: Any) -> None:
@@ -93,18 +100,28 @@ class WatchedRead:
         """
         me = psutil.Process()
         before = children()
+        groups: dict[int, tuple[int, int, list[str]]] = {}
         self._thread.start()
         done = while_running is None
         while self._thread.is_alive():
-            with contextlib.suppress(psutil.Error):  # a process that ended while being looked at
+            with contextlib.suppress(psutil.Error, OSError):  # a process that ended while being looked at
                 for child in me.children(recursive=True):
                     if child.pid in before:
                         continue
+                    # Looked at again on every pass: a child seen between fork and setsid/exec has its
+                    # parent's group and command line for a moment.
+                    groups[child.pid] = (os.getpgid(child.pid), child.ppid(), child.cmdline())
                     self.seen.setdefault(child.pid, child)
                     if not done and while_running is not None and child.ppid() == me.pid:
                         done = while_running(child)
             time.sleep(0.02)
         self._thread.join()
+        # Readers run in their own process group (start_new_session): keep what is in the group of a
+        # reader this read started, not what another test's leftover thread spawned meanwhile.
+        leaders = {pid for pid, (pgid, ppid, cmdline) in groups.items()
+                   if pgid == pid and ppid == me.pid and is_reader(cmdline)}
+        self.seen = {pid: proc for pid, proc in self.seen.items() if pid in groups and groups[pid][0] in leaders}
+        self.described = {pid: f"pgid {g} ppid {pp} {' '.join(c)[:80]}" for pid, (g, pp, c) in groups.items()}
         return self
 
     @property
@@ -169,7 +186,8 @@ def test_a_reader_that_ignores_sigterm_is_killed_with_its_children() -> None:
         lambda worker: len(worker.children()) > 0)
     assert read.elapsed_s < 1.0 + DEADLINE_MARGIN_S, read.elapsed_s
     assert read.facts == Unknown("IPMI did not answer within 1 s (stuck in login)")
-    assert len(read.seen) == 2  # the reader and its `sleep`: one process group, killed as one
+    # the reader and its `sleep`: one process group, killed as one
+    assert len(read.seen) == 2, {pid: read.described.get(pid) for pid in read.seen}
     assert_nothing_left(read.seen, threads_before)
 
 
