@@ -159,17 +159,24 @@ class Builder:
     # --- kernel log, NVML, IPMI -----------------------------------------------------------------
 
     def add_kmsg(self, lines: list[str], result: Contribution) -> int:
-        """Append kernel log lines (any format agent.sources.kmsg reads); exact repeats of a line are dropped."""
+        """Append one file's kernel log lines (any format agent.sources.kmsg reads).
+
+        A line an earlier file gave is dropped (dmesg and `journalctl -k` of one boot overlap); repeats
+        within this file stay: a syslog stamps to the second, so six carrier losses or an EDAC storm in
+        one second are six identical lines, and each one counts.
+        """
         added = 0
+        fresh: set[str] = set()
         for line in lines:
             if line in self._seen_kmsg:
                 continue
             if len(self.kmsg) >= MAX_KMSG_LINES:
                 result.skipped.append(f"kernel log lines past {MAX_KMSG_LINES} (the reader keeps no more)")
                 break
-            self._seen_kmsg.add(line)
+            fresh.add(line)
             self.kmsg.append(line)
             added += 1
+        self._seen_kmsg |= fresh
         if added and self.current not in self.kmsg_from:
             self.kmsg_from.append(self.current)
         return added
