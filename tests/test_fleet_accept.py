@@ -192,3 +192,28 @@ def test_real_accept_runs_in_a_fleet_report(run_cli: RunCli, tmp_path: Path) -> 
     assert acc == {**acc, "state": "failed", "run": second["acceptance"]["run"],
                    "baseline": first["acceptance"]["run"], "compared_with_baseline": True, "drift_findings": 1}
     assert acc["worst_drift"].startswith("GPU3 thermal resistance +") and acc["load"].startswith("none (observing")
+
+
+def test_a_report_that_names_its_end_and_its_judge_is_read_by_them(run_cli: RunCli, tmp_path: Path) -> None:
+    # A re-acceptance with --new-baseline: judged by the June baseline, then it became the baseline. Its report
+    # says so (`compared_with`) and says when it ended (`finished_at`; a run can outlast its audit's duration).
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / "n1.json").write_text(json.dumps(report("n1", [], started="2026-12-03T10:00:00+00:00")))
+    doc = accept_report("n1", "2026-12-03T11:00:00+00:00", "20261203T110000Z-3")
+    doc["acceptance"].update({"baseline": "20261203T110000Z-3", "became_baseline": True,
+                              "compared_with": BASELINE_RUN, "finished_at": "2026-12-03T11:30:00+00:00"})
+    (folder / "n1-accept.json").write_text(json.dumps(doc))
+    fleet = run_cli("fleet", "report", str(folder), "--format", "json", "--now", NOW).json()
+    acc = fleet["nodes"][0]["acceptance"]
+    assert (acc["finished_at"], acc["compared_with"], acc["compared_with_baseline"]) == (
+        "2026-12-03T11:30:00+00:00", BASELINE_RUN, True)
+    md = run_cli("fleet", "report", str(folder), "--format", "md", "--now", NOW).stdout
+    assert f"compared with baseline {BASELINE_RUN}, then became the baseline 20261203T110000Z-3" in md
+    doc["acceptance"]["compared_with"] = ["not", "text"]  # hostile: a per-file error, the rest goes on
+    (folder / "n1-accept.json").write_text(json.dumps(doc))
+    result = run_cli("fleet", "report", str(folder), "--format", "json", "--now", NOW)
+    assert result.code in (0, 1), result.stderr
+    fleet = result.json()
+    assert "acceptance" not in fleet["nodes"][0] and fleet["inputs"]["nodes"] == 1
+    assert "compared_with" in json.dumps(fleet["inputs"]["skipped"])

@@ -227,6 +227,7 @@ def run_accept(request: AcceptRequest) -> AcceptOutcome:
     passed = report.exit_code == 0 and not any(f.status is Status.UNKNOWN and f.check == "accept.errors"
                                                for f in report.findings)
     became = passed and (baseline is None or request.new_baseline)
+    compared_with = baseline.run_id if baseline is not None else None  # what judged this run, before it may replace it
     store.save_run(recording)
     if became:
         store.save_baseline(recording)
@@ -236,8 +237,10 @@ def run_accept(request: AcceptRequest) -> AcceptOutcome:
                             "baseline": baseline.run_id if baseline is not None else None, "run": run_id,
                             "profile": profile.name, "drift": drift})
     report.extra["acceptance"] = {"run": run_id, "passed": passed, "baseline": baseline.run_id if baseline else None,
-                                  "became_baseline": became, "load": recording.load, "phases": recording.phases,
-                                  "xid_source": recording.xid_source, "notes": recording.notes[:50]}
+                                  "became_baseline": became, "compared_with": compared_with,
+                                  "finished_at": recording.finished_at, "load": recording.load,
+                                  "phases": recording.phases, "xid_source": recording.xid_source,
+                                  "notes": recording.notes[:50]}
     report.sources["nvml"] = SourceStatus("nvml", ok=True, detail={"samples": sampler.ticks,
                                                                     "read_s": round(sampler.calls_s, 4)})
     return AcceptOutcome(report, recording, baseline, last, became)

@@ -46,7 +46,8 @@ class AcceptRecord:
     run: str
     baseline: str | None
     became_baseline: bool
-    compared: bool  # judged against a stored baseline (accept.drift findings present)
+    compared: bool  # judged against a stored baseline (`compared_with`, or accept.drift findings present)
+    compared_with: str | None  # that baseline's run id, where the report names it
     drift: int  # unwaived failing or warning drift findings
     worst: str | None  # the worst of them, e.g. "GPU3 thermal resistance +18.0 %"
     load: str | None
@@ -86,7 +87,11 @@ def summarize_acceptance(data: dict[str, Any], source: str) -> AcceptRecord:
     passed, became = block.get("passed"), block.get("became_baseline", False)
     if not isinstance(passed, bool) or not isinstance(became, bool):
         raise ValueError("acceptance `passed` / `became_baseline` are not true or false")
-    compared, drifts = False, []
+    # Newer accept reports state their end and the baseline that judged them; older ones are read by
+    # started_at + duration_s and by the presence of drift findings.
+    ended = parse_time(block["finished_at"]) if isinstance(block.get("finished_at"), str) else None
+    compared_with = _text(block.get("compared_with"), "compared_with", optional=True)
+    compared, drifts = compared_with is not None, []
     for item in findings:
         if not isinstance(item, dict):
             raise ValueError("a finding is not an object")
@@ -96,9 +101,9 @@ def summarize_acceptance(data: dict[str, Any], source: str) -> AcceptRecord:
         if item.get("status") in ("fail", "warn") and item.get("waiver") is None:
             drifts.append(item)
     return AcceptRecord(
-        node=str(name), source=source, finished_at=started + dt.timedelta(seconds=duration), passed=passed,
+        node=str(name), source=source, finished_at=ended or started + dt.timedelta(seconds=duration), passed=passed,
         run=str(_text(block.get("run"), "run")), baseline=_text(block.get("baseline"), "baseline", optional=True),
-        became_baseline=became, compared=compared, drift=len(drifts), worst=_worst(drifts),
+        became_baseline=became, compared=compared, compared_with=compared_with, drift=len(drifts), worst=_worst(drifts),
         load=_load(block.get("load"), block.get("phases")))
 
 
@@ -154,12 +159,13 @@ def node_acceptance(rec: AcceptRecord | None, now: dt.datetime, stale_after: dt.
     """A node's acceptance as every output shows it (the JSON `acceptance` of a node)."""
     if rec is None:
         return {"state": "none", "finished_at": None, "run": None, "baseline": None, "baseline_date": None,
-                "compared_with_baseline": False, "became_baseline": False, "drift_findings": 0,
+                "compared_with_baseline": False, "compared_with": None, "became_baseline": False, "drift_findings": 0,
                 "worst_drift": None, "load": None, "stale": False, "age_days": None, "source": None}
     age = now - rec.finished_at
     return {"state": "accepted" if rec.passed else "failed",
             "finished_at": rec.finished_at.isoformat(timespec="seconds"), "run": rec.run, "baseline": rec.baseline,
             "baseline_date": baseline_date(rec.baseline), "compared_with_baseline": rec.compared,
+            "compared_with": rec.compared_with,
             "became_baseline": rec.became_baseline, "drift_findings": rec.drift, "worst_drift": rec.worst,
             "load": rec.load, "stale": age > stale_after, "age_days": round(age.total_seconds() / 86400, 1),
             "source": rec.source}
@@ -174,7 +180,8 @@ def describe(acc: dict[str, Any]) -> str:
     if acc["baseline"] is None:
         parts.append("no baseline")
     elif acc["became_baseline"]:  # the id is this run's own: say whether an older baseline judged it first
-        parts.append(("compared with the previous baseline, then " if acc["compared_with_baseline"] else "")
+        judged_by = f"baseline {acc['compared_with']}" if acc.get("compared_with") else "the previous baseline"
+        parts.append((f"compared with {judged_by}, then " if acc["compared_with_baseline"] else "")
                      + f"became the baseline {acc['baseline']}")
     else:
         how = "compared" if acc["compared_with_baseline"] else "not compared"

@@ -122,6 +122,10 @@ def test_second_run_with_one_gpu_degraded_drifts_from_the_baseline(tmp_path: Pat
              and f["status"] == "fail"]
     assert "degC/W against the baseline" in drift[0]["message"] and drift[0]["observed"] > 10
     assert second["acceptance"]["baseline"] == first["acceptance"]["run"]
+    # The report says what judged it and when it ended (the fleet report reads both)
+    assert first["acceptance"]["compared_with"] is None
+    assert second["acceptance"]["compared_with"] == first["acceptance"]["run"]
+    assert second["acceptance"]["finished_at"] >= second["started_at"][:19]
     last = json.loads((state / "accept" / "last.json").read_text())
     assert last == {**last, "passed": False, "baseline": first["acceptance"]["run"], "drift": ["gpu1"]}
 
