@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -200,19 +201,28 @@ def test_ports_counted_are_bounded() -> None:
     assert flap["status"] == "pass"  # 500 ports down once each: no port flapped
 
 
-# --- the capture audited: a log without timestamps is judged, never refused ------------------------------
-
-
-def test_the_capture_without_timestamps_is_audited(tmp_path: Path) -> None:
-    (tmp_path / "kmsg.txt").write_bytes(EXAMPLES.read_bytes())
-    (tmp_path / "meta.yaml").write_text("hostname: corpus\ncaptured_at: '2026-01-01T00:00:00+00:00'\n"
+def audit_kernel_log(tmp_path: Path, log: Path, hostname: str, captured_at: str) -> dict[str, Any]:
+    """The JSON report of `audit --snapshot` of a snapshot holding only `log` as its kernel log."""
+    (tmp_path / "kmsg.txt").write_bytes(log.read_bytes())
+    (tmp_path / "meta.yaml").write_text(f"hostname: {hostname}\ncaptured_at: '{captured_at}'\n"
                                         "nodewarden_version: corpus\ncaptured: [kmsg]\n", encoding="utf-8")
     config = tmp_path / "config.yaml"
     config.write_text("{}\n", encoding="utf-8")
     result = CliRunner().invoke(cli, ["audit", "--config", str(config), "--snapshot", str(tmp_path),
                                       "--format", "json"], catch_exceptions=False)
     assert result.exit_code in (0, 1), result.stderr
-    found = {f["subject"]: f for f in json.loads(result.stdout)["findings"] if f["check"] == "host.kernel.events"}
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def kernel_events(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["subject"]: f for f in report["findings"] if f["check"] == "host.kernel.events"}
+
+
+# --- the capture audited: a log without timestamps is judged, never refused ------------------------------
+
+
+def test_the_capture_without_timestamps_is_audited(tmp_path: Path) -> None:
+    found = kernel_events(audit_kernel_log(tmp_path, EXAMPLES, "corpus", "2026-01-01T00:00:00+00:00"))
     # every catalogued event of the capture is reported; link drops (one per port) pass
     events = {read_as(line) for line in example_lines()} - {None}
     assert set(found) == events
@@ -233,16 +243,8 @@ def test_the_flapping_ib_port_syslog_reads_as_an_sre_reads_it(tmp_path: Path) ->
                if r.startswith(f"| `{FLAP_SYSLOG.name}`"))
     licence = re.findall(r"`((?:\.\./)?LICENSES/[\w.-]+\.txt)`", row)
     assert licence and all((EXAMPLES.parent / text).is_file() for text in licence) and "MIT" in row
-    (tmp_path / "kmsg.txt").write_bytes(FLAP_SYSLOG.read_bytes())
-    (tmp_path / "meta.yaml").write_text("hostname: jplc7eb7-vm-0\ncaptured_at: '2025-08-17T06:20:00+00:00'\n"
-                                        "nodewarden_version: corpus\ncaptured: [kmsg]\n", encoding="utf-8")
-    config = tmp_path / "config.yaml"
-    config.write_text("{}\n", encoding="utf-8")
-    result = CliRunner().invoke(cli, ["audit", "--config", str(config), "--snapshot", str(tmp_path),
-                                      "--format", "json"], catch_exceptions=False)
-    assert result.exit_code in (0, 1), result.stderr
-    report = json.loads(result.stdout)
-    found = {f["subject"]: f for f in report["findings"] if f["check"] == "host.kernel.events"}
+    report = audit_kernel_log(tmp_path, FLAP_SYSLOG, "jplc7eb7-vm-0", "2025-08-17T06:20:00+00:00")
+    found = kernel_events(report)
     # six carrier losses of one IB port since boot: a flapping link, warn and check its cable/optic/switch port
     assert set(found) == {"net.link_flap"}
     flap = found["net.link_flap"]
