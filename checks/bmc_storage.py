@@ -21,6 +21,8 @@ not report is `unknown`. A BMC that exposes no storage: one `skip` (bmc.storage.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from agent.expect import Expectation
 from agent.facts import NOT_READ, BmcDrive, BmcFacts, BmcVolume, NodeFacts
 from agent.model import Finding, Severity, Status
@@ -70,13 +72,23 @@ def _label(drive: BmcDrive) -> str:
     return f"drive in {drive.slot}" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _storage(check: Check, facts: NodeFacts, expectation: Expectation, *, announce: bool
-             ) -> tuple[BmcFacts | None, list[Finding]]:
-    """The BMC facts when it exposes storage; otherwise why not, said once for the family (`announce`).
+class _Storage(NamedTuple):
+    bmc: BmcFacts
+    drives: tuple[BmcDrive, ...]
+    expectation: Expectation
+
+
+def _storage(check: Check, facts: NodeFacts, profile: Profile, key: str, *, announce: bool
+             ) -> tuple[_Storage | None, list[Finding]]:
+    """The BMC's storage when the profile judges `key` and the BMC exposes it; otherwise why not, said
+    once for the family (`announce`).
 
     IPMI has no storage view (NOT_READ): nothing to say. A Redfish BMC without Storage: `skip`; one whose
     Storage could not be read: `unknown`.
     """
+    expectation = profile.expectation("bmc", "storage", key)
+    if expectation is None:
+        return None, []
     bmc, findings = bmc_facts(check, facts, expectation)
     if bmc is None:
         return None, findings if announce else []
@@ -85,20 +97,17 @@ def _storage(check: Check, facts: NodeFacts, expectation: Expectation, *, announ
     if not isinstance(bmc.drives, tuple):
         return None, [with_source(check.missing("bmc", expectation, bmc.drives, "storage"), facts)] if announce \
             else []
-    return bmc, []
+    return _Storage(bmc, bmc.drives, expectation), []
 
 
 @DRIVES.evaluator
 def evaluate_drives(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("bmc", "storage", "drives")
-    if expectation is None:
-        return []
-    bmc, findings = _storage(DRIVES, facts, expectation, announce=True)
-    if bmc is None:
+    storage, findings = _storage(DRIVES, facts, profile, "drives", announce=True)
+    if storage is None:
         return findings
-    assert isinstance(bmc.drives, tuple)
+    bmc, drives, expectation = storage
     skipped: dict[str, list[str]] = {}
-    for drive in bmc.drives:
+    for drive in drives:
         why = _placeholder(drive)
         if why is not None:
             skipped.setdefault(why, []).append(drive.slot)
@@ -139,14 +148,11 @@ def _judge_drive(drive: BmcDrive, expectation: Expectation, bmc: BmcFacts) -> Fi
 
 @MEDIA_LIFE.evaluator
 def evaluate_media_life(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("bmc", "storage", "media_life_left_pct")
-    if expectation is None:
-        return []
-    bmc, findings = _storage(MEDIA_LIFE, facts, expectation, announce=False)
-    if bmc is None:
+    storage, findings = _storage(MEDIA_LIFE, facts, profile, "media_life_left_pct", announce=False)
+    if storage is None:
         return findings
-    assert isinstance(bmc.drives, tuple)
-    for drive in bmc.drives:
+    _bmc, drives, expectation = storage
+    for drive in drives:
         if drive.life_left_pct is None or _placeholder(drive) is not None:
             continue
         finding = MEDIA_LIFE.compare(f"drive {drive.slot}", expectation, drive.life_left_pct,
@@ -159,14 +165,11 @@ def evaluate_media_life(facts: NodeFacts, profile: Profile) -> list[Finding]:
 
 @VOLUMES.evaluator
 def evaluate_volumes(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("bmc", "storage", "volumes")
-    if expectation is None:
-        return []
-    bmc, findings = _storage(VOLUMES, facts, expectation, announce=False)
-    if bmc is None:
+    storage, findings = _storage(VOLUMES, facts, profile, "volumes", announce=False)
+    if storage is None:
         return findings
-    assert isinstance(bmc.drives, tuple)
-    slots = {where: d.slot for d in bmc.drives for where in (d.where, *d.aliases)}
+    bmc, drives, expectation = storage
+    slots = {where: d.slot for d in drives for where in (d.where, *d.aliases)}
     for volume in bmc.volumes if isinstance(bmc.volumes, tuple) else ():
         findings.append(with_source(_judge_volume(volume, expectation, slots), facts))
     return findings
