@@ -448,21 +448,24 @@ def _walk(path: str, what: str) -> tuple[str, os.stat_result | None]:
     return current, st
 
 
-def trusted_dir(path: str | Path, *, create: bool = False, what: str = "state directory") -> Path:
+def trusted_dir(path: str | Path, *, create: bool = False, what: str = "state directory",
+                mode: int = 0o700) -> Path:
     """The real path of a folder safe to keep root's state in; created (mode 0700) only when asked.
 
     Refused (exit 2, naming the path): a parent or the folder owned by someone
     other than root or the running user, group/other-writable (a sticky parent
     like /tmp is fine; the folder itself never), a device or file in its place,
     a missing parent. An existing folder's mode is never changed. Raises
-    FileNotFoundError when the folder is missing and `create` is false.
+    FileNotFoundError when the folder is missing and `create` is false. `mode` (never group/other
+    writable) is for a folder another user must read, whatever the umask.
     """
     real, st = _walk(os.fspath(path), what)
     if st is None:
         if not create:
             raise FileNotFoundError(errno.ENOENT, "no such folder", real)
         try:
-            os.mkdir(real, 0o700)
+            os.mkdir(real, mode & 0o755)
+            os.chmod(real, mode & 0o755)  # the umask narrows mkdir's mode; a new folder gets what was asked
         except FileExistsError:
             pass  # made meanwhile: judged below like any existing folder
         except OSError as exc:

@@ -207,7 +207,8 @@ def test_service_is_unprivileged_and_read_only(name: str) -> None:
     assert service["SystemCallFilter"][0] == "@system-service"
     assert words(unit, "Service", "RestrictAddressFamilies") == ["AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"]
     # /var/lib/nodewarden stays root's: a dynamic user owning it could plant journals for root's remediate.
-    assert "StateDirectory" not in service
+    # The daemon gets one folder below it for daemon.json (issue 30.10), the audit none.
+    assert words(unit, "Service", "StateDirectory") == (["nodewarden/daemon"] if name == DAEMON else [])
     # The monitor never writes the kernel's knobs: nothing under /sys or /proc is made writable.
     for key in ("ReadWritePaths", "BindPaths"):
         for path in words(unit, "Service", key):

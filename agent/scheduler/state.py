@@ -29,10 +29,11 @@ from typing import Any
 
 from agent.errors import NodewardenError
 from agent.fsutil import remove_temp_files, replace_file, trusted_dir
-from agent.jsonfile import JsonInputError, load_json_file
+from agent.jsonfile import JsonInputError, load_json_bytes, load_json_file
 from agent.report.gpu_identity import GpuIdentity, gpu_identities, learn
 from agent.report.model import Report
 from agent.scheduler.answer import Answer, SummaryError, parse_summary, summarise
+from agent.scheduler.daemon_dir import DAEMON_DIR, has_daemon_dir, read_daemon_file
 from agent.scheduler.settings import DEFAULT_MAX_AGE_S
 
 log = logging.getLogger("nodewarden.scheduler")
@@ -48,8 +49,25 @@ ACTIONS = ("drain", "resume", "none", "breaker")  # the decisions the daemon exp
 
 
 def folder(state_dir: Path, *, create: bool) -> Path:
+    # 0755: under the shipped unit the daemon (a dynamic user) reads decision.json here (issue 30.10).
     return trusted_dir(trusted_dir(state_dir, create=create) / "scheduler", create=create,
-                       what="scheduler state folder")
+                       what="scheduler state folder", mode=0o755)
+
+
+def daemon_folder(state_dir: Path, *, create: bool) -> Path:
+    """Where daemon.json lives: STATE_DIR/daemon when systemd's StateDirectory= made it, else scheduler/."""
+    if has_daemon_dir(state_dir):
+        return trusted_dir(state_dir / DAEMON_DIR, what="daemon state folder")
+    return folder(state_dir, create=create)
+
+
+def _load_state(state_dir: Path) -> Any:
+    """daemon.json by the rule of the folder it is in (agent.scheduler.daemon_dir)."""
+    if has_daemon_dir(state_dir):
+        data = read_daemon_file(state_dir, STATE_FILE, MAX_STATE_BYTES)
+        return load_json_bytes(data, max_bytes=MAX_STATE_BYTES, what="health-check state file")
+    return load_json_file(folder(state_dir, create=False) / STATE_FILE, max_bytes=MAX_STATE_BYTES,
+                          what="health-check state file")
 
 
 def _dump(doc: dict[str, Any]) -> str:
@@ -111,7 +129,7 @@ class DaemonStateFile:
                "sources": {name: {"ok": status.ok, "last_read": last_read.get(name)}
                            for name, status in report.sources.items() if status.configured}}
         try:
-            path = folder(self.state_dir, create=True) / STATE_FILE
+            path = daemon_folder(self.state_dir, create=True) / STATE_FILE
             if not self._swept:
                 self._sweep(path)
             replace_file(path, _dump(doc), 0o644)
@@ -135,8 +153,7 @@ def read_state(state_dir: Path, max_age_s: float | None, now: float | None = Non
     """
     now = time.time() if now is None else now
     try:
-        path = folder(state_dir, create=False) / STATE_FILE
-        doc = load_json_file(path, max_bytes=MAX_STATE_BYTES, what="health-check state file")
+        doc = _load_state(state_dir)
     except FileNotFoundError:
         return None
     except (OSError, JsonInputError, NodewardenError) as exc:
@@ -169,9 +186,10 @@ def write_decision(state_dir: Path, doc: dict[str, Any]) -> None:
 def read_decision(state_dir: Path) -> tuple[float, str] | None:
     """(when, action) of health-check's last decision, for the daemon's metrics; None if none readable."""
     try:
-        doc = load_json_file(state_dir / "scheduler" / DECISION_FILE, max_bytes=MAX_SMALL_BYTES,
+        # The same folder rule as every other reader of the state folder (issue 30.12).
+        doc = load_json_file(folder(state_dir, create=False) / DECISION_FILE, max_bytes=MAX_SMALL_BYTES,
                              what="health-check decision")
-    except (OSError, JsonInputError):
+    except (OSError, JsonInputError, NodewardenError):
         return None
     if not isinstance(doc, dict):
         return None
