@@ -96,7 +96,8 @@ _HEALTH_CHECK = {
         "max_age_s": _doc(_SECONDS, "Oldest daemon state file (seconds since the daemon last confirmed its "
                           "facts) a health-check answers from; default: 3 of the daemon's host/NVML poll intervals",
                           example=180),
-        "deadline_s": _doc(_SECONDS, "Total time of the one-shot audit when no daemon state file exists", 45),
+        "deadline_s": _doc(_SECONDS, "Total time of one health-check: the one-shot audit (when no daemon state "
+                           "file exists) and every scontrol/sinfo call; keep it below slurmd's 60 s kill", 50),
         "drain_on": _doc({"enum": ["DRAIN", "DEGRADED"]}, "The verdict that drains (and is NonOK for --npd)", "DRAIN"),
         "resume_after": _doc({"type": "integer", "minimum": 1, "maximum": 100},
                              "Consecutive healthy checks before nodewarden resumes its own drain", 2),

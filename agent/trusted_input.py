@@ -82,6 +82,16 @@ def _resolve(path: str, what: str, error: type[NodewardenError]) -> str:
     return current
 
 
+def real_path(path: str, what: str, error: type[NodewardenError]) -> str:
+    """`path` with every symlink resolved, each judged on the way (for a program run, not read)."""
+    return _resolve(path, what, error)
+
+
+def judge_file(st: os.stat_result, shown: str, what: str, error: type[NodewardenError], named: str) -> None:
+    """The file's own owner and mode, by the rule above (the folders: check_folders)."""
+    _judge(st, shown, what, own_folder=True, error=error, named=named)
+
+
 def check_folders(folder: str, what: str, error: type[NodewardenError], named: str) -> None:
     """`folder` (a real path) and its parents up to a root-owned one nobody else can write."""
     current, own = folder, True

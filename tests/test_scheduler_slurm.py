@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -204,6 +206,96 @@ def test_require_accept_counts_from_now_for_a_drain_it_did_not_see(cluster: Slur
     accept = tmp_path / "state" / "accept"
     accept.mkdir(parents=True, mode=0o700)
     (accept / "last.json").write_text(json.dumps({"passed": True, "finished_at": "2026-01-01T00:00:00Z"}))
+    health_check(cluster, config, "--simulate", LOST_GPU)  # sees the drain (and what causes it) from now
     done = health_check(cluster, config, "--simulate", HEALTHY)
     assert "no acceptance run since the drain" in done.stdout, done.stdout + done.stderr
     assert cluster.state()[0] == "drained"
+
+
+def test_a_drain_whose_cause_goes_dark_is_never_resumed(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 30.3: drained for a failed PSU, then the BMC stops answering: bmc.psu turns unknown and the
+    verdict falls to DEGRADED. That is no evidence the PSU is back: undecided, never resumed, logged."""
+    config = write_config(tmp_path, cluster, resume_after=1)
+    psu, dark, fixed = (tmp_path / name for name in ("psu", "dark", "fixed"))
+    for folder in (psu, dark, fixed):
+        shutil.copytree(REPO / "fixtures" / "nodes" / HEALTHY, folder)
+    power = psu / "redfish/v1/Chassis/System.Embedded.1/Power/index.json"
+    doc = json.loads(power.read_text())
+    doc["PowerSupplies"][0]["Status"] = {"Health": "Critical", "State": "Enabled"}
+    power.write_text(json.dumps(doc))
+    shutil.rmtree(dark / "redfish")  # the BMC gone dark: every bmc.* check unknown
+    done = health_check(cluster, config, "--snapshot", str(psu))
+    assert done.returncode == EXIT_BAD, done.stdout + done.stderr
+    drained = cluster.state()
+    assert drained[0] == "drained" and drained[1].startswith("nodewarden: bmc.psu PS1 Status"), drained
+    memory = json.loads((tmp_path / "state/scheduler" / f"slurm-{cluster.node}.json").read_text())
+    assert memory["causes"] == [["bmc.psu", "PS1 Status"]]
+    for _ in range(3):
+        done = health_check(cluster, config, "--snapshot", str(dark))
+        assert done.stdout.startswith("DEGRADED"), done.stdout + done.stderr
+        assert "undecided: bmc.psu PS1 Status: absent" in done.stdout, done.stdout
+        assert cluster.state() == drained
+    assert [e["action"] for e in trail(tmp_path)] == ["drain", "none", "none", "none"]
+    assert "undecided" in str(trail(tmp_path)[-1]["why"])
+    done = health_check(cluster, config, "--snapshot", str(fixed))  # the PSU read back as pass: resumed
+    assert "resuming our drain" in done.stdout, done.stdout + done.stderr
+    assert cluster.state()[1] == ""
+
+
+def slurm_bin(tmp_path: Path, scontrol: str, mode: int = 0o755) -> Path:
+    """A folder with a wrapper scontrol (`scontrol`: shell lines before the real one runs) and sinfo."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    folder.chmod(mode)
+    wrapper = folder / "scontrol"
+    wrapper.write_text(f'#!/bin/sh\n{scontrol}\nexec {TOOLS["scontrol"]} "$@"\n')
+    wrapper.chmod(0o755)
+    (folder / "sinfo").symlink_to(TOOLS["sinfo"])
+    return folder
+
+
+def test_one_deadline_covers_every_slurm_call(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 30.5: a slurmctld that never answers in time: the run ends at its deadline (not the 10 s of
+    each call), does nothing and exits Unknown."""
+    folder = slurm_bin(tmp_path, "sleep 30")
+    config = write_config(tmp_path, cluster, slurm_bin_dir=str(folder), deadline_s=5)
+    started = time.monotonic()
+    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    took = time.monotonic() - started
+    assert done.returncode == EXIT_UNKNOWN, done.stdout + done.stderr
+    assert "deadline hit" in done.stdout, done.stdout
+    assert took < 5 + 2.0, took  # the deadline counts from the process start; a little for the exit
+    assert cluster.state() == ("idle", "")
+    assert trail(tmp_path)[-1]["action"] == "failed"
+
+
+def test_no_update_starts_with_too_little_time_left(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 30.5: scontrol answers, but slowly (4 s): after the node is read, what is left of the 7 s is
+    less than an update needs, so none starts: nothing drained, exit Unknown."""
+    folder = slurm_bin(tmp_path, 'case "$1" in show) sleep 4;; esac')
+    config = write_config(tmp_path, cluster, slurm_bin_dir=str(folder), deadline_s=7)
+    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    assert done.returncode == EXIT_UNKNOWN, done.stdout + done.stderr
+    assert "deadline" in done.stdout, done.stdout
+    assert cluster.state() == ("idle", "")
+
+
+@pytest.mark.parametrize("planted", ["nobody's 0777 folder", "a 0777 folder", "nobody's file"])
+def test_a_slurm_tool_others_could_change_is_refused(cluster: SlurmCluster, tmp_path: Path, planted: str) -> None:
+    """Issue 30.6: scontrol runs as root; one that another user could have changed never runs."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    folder = slurm_bin(tmp_path, f"touch {tmp_path / 'ran'}", 0o755 if planted == "nobody's file" else 0o777)
+    unsafe, why = folder, f"owned by uid {nobody}, not root or the user running nodewarden"
+    if planted == "nobody's 0777 folder":
+        os.chown(folder, nobody, -1)
+    elif planted == "a 0777 folder":
+        why = "writable by group and others (mode 0777)"
+    else:
+        os.chown(folder / "scontrol", nobody, -1)
+        unsafe = folder / "scontrol"
+    config = write_config(tmp_path, cluster, slurm_bin_dir=str(folder))
+    done = health_check(cluster, config, "--simulate", LOST_GPU)
+    assert done.returncode == EXIT_UNKNOWN, done.stdout + done.stderr
+    assert f"unsafe scontrol: {unsafe} is {why}" in done.stdout, done.stdout
+    assert not (tmp_path / "ran").exists()
+    assert cluster.state() == ("idle", "")

@@ -19,6 +19,8 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
+from agent.trusted_exec import UntrustedProgram, resolve_command
+
 TAIL_LINES, TAIL_LINE_CHARS = 5, 300
 
 
@@ -63,9 +65,16 @@ class CommandLoad(LoadRunner):
         return " ".join(self.argv)[:300]
 
     def start(self) -> None:
+        # accept runs as root: the program is trusted input (agent.trusted_exec), looked up in the
+        # absolute folders of PATH only (an empty or relative entry would be the working folder)
+        search = [d for d in (self.env or os.environ).get("PATH", os.defpath).split(os.pathsep) if d.startswith("/")]
+        try:
+            program = resolve_command(self.argv[0], search, "load command")
+        except UntrustedProgram as exc:
+            raise LoadError(f"load could not start: {exc}") from None
         try:
             self.proc = subprocess.Popen(  # the operator's own argv, no shell
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                [program, *self.argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True, env=self.env, close_fds=True)
         except OSError as exc:
             raise LoadError(f"load could not start: {self.argv[0]}: {exc.strerror or exc}") from None

@@ -31,7 +31,7 @@ def default_node() -> str:
 @click.option("--max-age", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Oldest state file answered from (default: the config's, else 3 daemon poll intervals).")
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Total time of the one-shot audit when there is no state file (default 45).")
+              help="Total time of the run: the one-shot audit and every Slurm call (default 50).")
 @click.option("--fail-on", type=click.Choice(["DRAIN", "DEGRADED"]),
               help="The verdict that drains / is NonOK (default: the config's health_check.drain_on, DRAIN).")
 def health_check(simulate: str | None, snapshot: Path | None, config_path: Path | None, slurm: bool, npd: bool,

@@ -1,9 +1,11 @@
 """`nodewarden health-check`: the scheduler's gate. One entry point, `run_health_check`.
 
 The verdict (agent.report.verdict's one rule) comes from the daemon's state file when one exists and
-is fresh (well under a second), else from a one-shot audit in a child process killed at a total
-deadline (agent.scheduler.oneshot). No verdict (stale state file, deadline hit) means nothing is
-done: not drained, not resumed, exit Unknown. Then one of: print it (plain), act through scontrol
+is fresh (well under a second), else from a one-shot audit in a child process killed at the
+deadline (agent.scheduler.oneshot). One deadline (health_check.deadline_s, below slurmd's 60 s kill)
+covers the whole run: the audit gets what is left less one Slurm call's worth, each scontrol/sinfo
+call what is left after it (agent.scheduler.slurm_cli). No verdict (stale state file, deadline hit)
+means nothing is done: not drained, not resumed, exit Unknown. Then one of: print it (plain), act through scontrol
 (`--slurm`, agent.scheduler.slurm), or answer node-problem-detector (`--npd`, agent.scheduler.npd).
 """
 
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from agent.engine import AuditRequest
 from agent.scheduler.answer import Answer, reading
 from agent.scheduler.npd import npd_line
-from agent.scheduler.settings import HealthSettings
+from agent.scheduler.settings import Deadline, HealthSettings
 from agent.scheduler.state import read_state, write_decision
 from agent.snapshot import simulated_path
 
@@ -50,21 +52,29 @@ class Outcome:
     answer: Answer | None = None
 
 
-def answer_for(request: HealthRequest) -> Answer:
+def audit_budget(request: HealthRequest, deadline: Deadline) -> float:
+    """What the one-shot audit may take of the run's one deadline: all that is left, less (with
+    --slurm) one Slurm call's worth for scontrol and sinfo, which share the rest."""
+    left = deadline.left()
+    return left - min(request.settings.slurm_timeout_s, left / 2) if request.mode == "slurm" else left
+
+
+def answer_for(request: HealthRequest, deadline: Deadline | None = None) -> Answer:
     """The verdict from the daemon's fresh state file, or from a bounded one-shot audit."""
+    deadline = deadline or Deadline(request.settings.deadline_s)
     audit = request.audit
     judged = (reading("simulated", simulated_path(audit.simulate)) if audit.simulate
               else reading("snapshot", audit.snapshot) if audit.snapshot else "live")
     if not request.settings.daemon_state:  # a recording: audited once (agent.scheduler.settings)
         from agent.scheduler.oneshot import audit_once
 
-        return dataclasses.replace(audit_once(request.audit, request.settings.deadline_s), how=RECORDING)
+        return dataclasses.replace(audit_once(request.audit, audit_budget(request, deadline)), how=RECORDING)
     answer = read_state(request.settings.state_dir, request.settings.max_age_s, judged=judged)
     if answer is not None:
         return answer
     from agent.scheduler.oneshot import audit_once  # only without a daemon: the engine loads here
 
-    return audit_once(request.audit, request.settings.deadline_s)
+    return audit_once(request.audit, audit_budget(request, deadline))
 
 
 def _said(answer: Answer) -> str:
@@ -76,7 +86,8 @@ def _said(answer: Answer) -> str:
 
 
 def run_health_check(request: HealthRequest) -> Outcome:
-    answer = answer_for(request)
+    deadline = Deadline(request.settings.deadline_s)  # one for the whole run: audit and every Slurm call
+    answer = answer_for(request, deadline)
     settings = request.settings
     if request.mode == "npd":
         line, code = npd_line(answer, settings)
@@ -87,7 +98,7 @@ def run_health_check(request: HealthRequest) -> Outcome:
     from agent.scheduler.slurm import decide
     from agent.scheduler.trail import record
 
-    decision = decide(answer, request.node, settings, dry_run=request.dry_run)
+    decision = decide(answer, request.node, settings, dry_run=request.dry_run, deadline=deadline)
     lines = [_said(answer)]
     if request.dry_run:
         lines.append(f"dry run: would run: {shlex.join(decision.argv)}" if decision.argv

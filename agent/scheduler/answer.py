@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.facts import NodeFacts
+from agent.model import Finding, Severity, Status
 from agent.report.gpu_identity import GpuIdentity, gpu_identities
 from agent.report.model import Report
-from agent.report.verdict import VERDICTS, verdict_json
+from agent.report.verdict import VERDICTS, drains, verdict_json
 
 SUMMARY_SCHEMA = "nodewarden.health/v1"
 MAX_ACTIONS = 32
@@ -23,6 +24,8 @@ MAX_TEXT = 200  # characters of a message or name kept from a summary
 MAX_ITEMS = 16  # checks/subjects kept per action
 MAX_GPUS = 64
 MAX_TRAIL_GPUS = 8  # GPU identities per decision: a trail line stays well under its 2 KB
+MAX_RESULTS = 4096  # (check, subject) results kept per summary: 8 GPUs x a few hundred checks fit
+DRAINS, DEGRADES = "drains", "degrades"  # what a result's finding does to the verdict
 GPU_FIELDS = ("uuid", "pci_bus_id", "serial", "source")
 _UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;_()/#%+@=\[\]<>~-]")  # what a Slurm reason and a log line may carry
 
@@ -37,6 +40,22 @@ class Answer:
     actions: list[dict[str, Any]] = field(default_factory=list)
     gpus: dict[str, str] = field(default_factory=dict)  # subject -> GPU UUID, where one is known
     age_s: float | None = None
+    # (check, subject) -> (status, DRAINS/DEGRADES/""): every finding, so a resume can ask whether
+    # each cause of the drain came back `pass` (a summary from before it has none: nothing resumes)
+    results: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+
+    def causes(self, degraded_drains: bool) -> tuple[tuple[str, str], ...]:
+        """The (check, subject) of each finding that makes this verdict drain: the draining ones, or,
+        where DEGRADED drains (`degraded_drains`) and none does, the ones that degrade it."""
+        draining = [key for key, (_, weight) in self.results.items() if weight == DRAINS]
+        if not draining and degraded_drains:
+            draining = [key for key, (_, weight) in self.results.items() if weight == DEGRADES]
+        return tuple(draining)
+
+    def undecided(self, causes: tuple[tuple[str, str], ...]) -> list[str]:
+        """Each cause that did not come back `pass`, said as `check subject: status` (absent included)."""
+        return [f"{check} {subject}: {self.results.get((check, subject), ('absent', ''))[0]}"
+                for check, subject in causes if self.results.get((check, subject), ("", ""))[0] != "pass"]
 
     def worst(self, limit: int = 120) -> str:
         """The worst finding, short: `gpu.lost gpu7: GPU 7 has fallen off the bus`."""
@@ -80,8 +99,38 @@ def summarise(report: Report, earlier: dict[str, GpuIdentity] | None = None) -> 
     ids = gpu_identities(report.facts if isinstance(report.facts, NodeFacts) else None, earlier)
     snap = report.node.get("snapshot")
     return {"schema": SUMMARY_SCHEMA, **verdict_json(report.findings, ids), "profile": report.profile,
-            "evaluated_at": report.started_at, "gpus": gpu_uuids(ids),
+            "evaluated_at": report.started_at, "gpus": gpu_uuids(ids), "results": results_of(report.findings),
             "reading": reading(str(report.node.get("mode")), snap.get("path") if isinstance(snap, dict) else None)}
+
+
+def results_of(findings: list[Finding]) -> list[list[str]]:
+    """[check, subject, status, weight] of each finding (a waived one's status: `waived`), at most MAX_RESULTS."""
+    out = []
+    for f in findings[:MAX_RESULTS]:
+        degrades = f.waiver is None and (f.status is Status.FAIL or (f.status is Status.WARN and
+                                                                      f.severity is not Severity.INFO))
+        out.append([f.check, f.subject, "waived" if f.waiver is not None else f.status.value,
+                    DRAINS if drains(f) else DEGRADES if degrades else ""])
+    return out
+
+
+def _results(value: object) -> dict[tuple[str, str], tuple[str, str]]:
+    if value is None:
+        return {}  # a summary from before results: no cause can come back as pass
+    if not isinstance(value, list):
+        raise SummaryError("results is not a list")
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for item in value[:MAX_RESULTS]:
+        if not isinstance(item, list) or len(item) != 4:
+            raise SummaryError("a result is not [check, subject, status, weight]")
+        check, subject, status, weight = (_text(v, "result") for v in item)
+        key, weight = (check, subject), weight if weight in (DRAINS, DEGRADES) else ""
+        earlier = out.get(key)
+        if earlier is not None:  # one (check, subject) twice: a pass never hides the other, the weight adds up
+            status = earlier[0] if earlier[0] != "pass" else status
+            weight = next((w for w in (DRAINS, DEGRADES) if w in (earlier[1], weight)), "")
+        out[key] = (status, weight)
+    return out
 
 
 class SummaryError(ValueError):
@@ -139,4 +188,4 @@ def parse_summary(doc: object, how: str, *, age_s: float | None = None) -> Answe
     if not isinstance(gpus_raw, dict):
         raise SummaryError("gpus is not an object")
     gpus = {_text(k, "gpu"): _text(v, "uuid") for k, v in list(gpus_raw.items())[:MAX_GPUS]}
-    return Answer(str(verdict), how, actions=actions, gpus=gpus, age_s=age_s)
+    return Answer(str(verdict), how, actions=actions, gpus=gpus, age_s=age_s, results=_results(doc.get("results")))

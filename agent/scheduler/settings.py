@@ -3,6 +3,8 @@ documents it) with its defaults, command-line options winning."""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,10 @@ from typing import Any
 from agent.config import Config
 from agent.report.verdict import DEGRADED, DRAIN
 
-DEFAULT_DEADLINE_S = 45.0  # well inside slurmd's 60 s kill of HealthCheckProgram
+# The whole run, audit and every scontrol/sinfo call: below slurmd's 60 s kill of HealthCheckProgram,
+# with room for the interpreter to start and the trail to be written.
+DEFAULT_DEADLINE_S = 50.0
+MIN_UPDATE_S = 3.0  # the least time left an `scontrol update` starts with (more after slow calls)
 DEFAULT_MAX_AGE_S = 180.0  # 3 x the daemon's 60 s host poll: used when the state file names none
 SLURM_BIN_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"), Path("/opt/slurm/bin"))
 
@@ -36,6 +41,29 @@ class HealthSettings:
     def bad(self, verdict: str) -> bool:
         """Whether `verdict` drains (and is NonOK for node-problem-detector)."""
         return verdict == DRAIN or (self.drain_on == DEGRADED and verdict == DEGRADED)
+
+
+class Deadline:
+    """One total deadline for a health-check run, counted from when the process started (slurmd's
+    clock starts then, not when this module was imported)."""
+
+    def __init__(self, total_s: float) -> None:
+        self.total_s = total_s
+        self.at = time.monotonic() + total_s - min(max(_process_age_s(), 0.0), total_s)
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux /proc; 0 where that cannot be read)."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read(4096).rsplit(b")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, counted after the command name
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, IndexError, ValueError, AttributeError):
+        return 0.0
 
 
 def settings_from(config: Config, *, state_dir: Path | None = None, deadline_s: float | None = None,

@@ -1,5 +1,11 @@
 """scontrol and sinfo, bounded: found without PATH, run with a timeout and a size cap, parsed defensively.
 
+They run as root, so they are trusted input (agent.trusted_exec): owned by root or us, writable by
+nobody else, in folders nobody else can write; one that is not is refused by name, with the reason.
+Every call gets what is left of the run's one deadline (agent.scheduler.settings.Deadline), at most
+slurm_timeout_s; an `scontrol update` never starts with less than MIN_UPDATE_S (or 1.5 x the slowest
+call so far) left, so the deadline cannot cut a drain or a resume in half.
+
 slurmd runs HealthCheckProgram with almost no environment (SLURMD_NODENAME and PWD: no PATH, no
 SLURM_CONF), so the tools are looked up in the configured folder or the usual ones, and SLURM_CONF
 comes from the config when it names one. Every call: argv only (no shell), its own process group
@@ -18,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.scheduler.settings import SLURM_BIN_DIRS, HealthSettings
+from agent.scheduler.settings import MIN_UPDATE_S, SLURM_BIN_DIRS, Deadline, HealthSettings
+from agent.trusted_exec import UntrustedProgram, find_program
 
 MAX_OUTPUT = 1 << 20  # sinfo of a 10k-node partition is ~500 kB
 MAX_LINES = 100_000
@@ -44,8 +51,10 @@ class NodeState:
 
 
 class Slurm:
-    def __init__(self, settings: HealthSettings) -> None:
+    def __init__(self, settings: HealthSettings, deadline: Deadline | None = None) -> None:
         self.timeout_s = settings.slurm_timeout_s
+        self.deadline = deadline
+        self.slowest_s = 0.0  # the slowest answer so far: how long an update may take to finish
         folders = [settings.slurm_bin_dir] if settings.slurm_bin_dir else list(SLURM_BIN_DIRS)
         self.scontrol, self.sinfo = (_find(name, folders) for name in ("scontrol", "sinfo"))
         # Only what the tools need: slurmd's own environment is near empty anyway.
@@ -55,7 +64,24 @@ class Slurm:
             self.env["SLURM_CONF"] = str(conf)
 
     def call(self, argv: list[str]) -> str:
-        return run_bounded(argv, self.env, self.timeout_s)
+        timeout = self.timeout_s
+        what = f"{Path(argv[0]).name} {argv[1] if len(argv) > 1 else ''}"
+        if self.deadline is not None:
+            left = self.deadline.left()
+            need = max(MIN_UPDATE_S, 1.5 * self.slowest_s) if argv[1:2] == ["update"] else 0.05
+            if left < need:
+                raise SlurmError(f"{what}: not started: {max(left, 0):.1f} s left of the {self.deadline.total_s:g} s "
+                                 f"deadline, {need:.1f} s needed")
+            timeout = min(timeout, left)
+        started = time.monotonic()
+        try:
+            return run_bounded(argv, self.env, timeout)
+        except SlurmError as exc:
+            if self.deadline is not None and self.deadline.left() <= 0:
+                raise SlurmError(f"{exc} (the {self.deadline.total_s:g} s deadline hit)") from None
+            raise
+        finally:
+            self.slowest_s = max(self.slowest_s, time.monotonic() - started)
 
     def node(self, name: str) -> NodeState:
         """The node's state flags and partitions (scontrol) and its reason (sinfo, whole and last)."""
@@ -96,11 +122,11 @@ class Slurm:
 
 
 def _find(name: str, folders: list[Path]) -> str:
-    for folder in folders:
-        path = folder / name
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    raise SlurmError(f"{name} not found in {', '.join(str(f) for f in folders)} (health_check.slurm_bin_dir)")
+    """The first folders/name, if root may run it (agent.trusted_exec): a planted one is refused, not skipped."""
+    try:
+        return find_program(name, folders, name)
+    except UntrustedProgram as exc:
+        raise SlurmError(f"{exc} (health_check.slurm_bin_dir)") from None
 
 
 def run_bounded(argv: list[str], env: dict[str, str], timeout_s: float) -> str:

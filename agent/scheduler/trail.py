@@ -66,12 +66,18 @@ def record(state_dir: Path, entry: dict[str, Any]) -> str | None:
     return None
 
 
+Cause = tuple[str, str]  # (check, subject) of a finding that made the verdict bad
+MAX_CAUSES = 64  # a drain's causes kept; more is a node to look at by hand anyway
+
+
 @dataclass
 class Memory:
-    """What a node's earlier checks leave for the next: healthy checks in a row since our drain."""
+    """What a node's earlier checks leave for the next: healthy checks in a row since our drain, and
+    the checks and subjects that caused it (each must come back `pass` before a resume)."""
 
     healthy: int = 0
     drained_at: float | None = None  # when nodewarden drained it (for require_accept)
+    causes: tuple[Cause, ...] = ()
 
 
 def _memory_path(state_dir: Path, node: str, *, create: bool) -> Path:
@@ -90,9 +96,21 @@ def recall(state_dir: Path, node: str) -> Memory:
     return Memory(healthy if isinstance(healthy, int) and not isinstance(healthy, bool) and 0 <= healthy < 10**6
                   else 0,
                   float(drained) if isinstance(drained, int | float) and not isinstance(drained, bool)
-                  and 0 <= drained < 1e11 else None)
+                  and 0 <= drained < 1e11 else None,
+                  _causes(doc.get("causes")))
+
+
+def _causes(value: object) -> tuple[Cause, ...]:
+    """The causes read back; anything malformed is dropped, which leaves the drain without causes:
+    never resumed on its own (the safe direction)."""
+    if not isinstance(value, list):
+        return ()
+    pairs = [(c, s) for c, s in (p for p in value[:MAX_CAUSES] if isinstance(p, list) and len(p) == 2)
+             if isinstance(c, str) and isinstance(s, str) and 0 < len(c) <= 200 and 0 < len(s) <= 200]
+    return tuple(dict.fromkeys(pairs)) if len(pairs) == len(value) else ()
 
 
 def remember(state_dir: Path, node: str, memory: Memory) -> None:
     replace_file(_memory_path(state_dir, node, create=True),
-                 json.dumps({"healthy": memory.healthy, "drained_at": memory.drained_at}) + "\n", 0o600)
+                 json.dumps({"healthy": memory.healthy, "drained_at": memory.drained_at,
+                             "causes": [list(c) for c in memory.causes[:MAX_CAUSES]]}) + "\n", 0o600)
