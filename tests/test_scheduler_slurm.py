@@ -13,13 +13,17 @@ import pwd
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.peers.slurm import EXTRA_NODES, TOOLS, SlurmCluster, slurm_cluster  # noqa: F401 - the fixture
+from agent.scheduler.answer import Answer
+from agent.scheduler.settings import HealthSettings
+from agent.scheduler.slurm import Decision, decide
+from tests.peers.slurm import BURST_NODES, EXTRA_NODES, LONER, TOOLS, SlurmCluster, slurm_cluster  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))
@@ -109,12 +113,14 @@ def test_the_breaker_holds_when_the_partition_has_too_many_nodewarden_drains(
     assert cluster.state()[1].startswith("nodewarden:")
 
 
-def test_our_reason_follows_the_worst_finding(cluster: SlurmCluster, tmp_path: Path) -> None:
+def test_a_reason_in_our_form_that_this_gate_did_not_write_is_left_alone(
+        cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 30.4: `nodewarden:` at the start proves nothing; it is never rewritten (nor resumed)."""
     config = write_config(tmp_path, cluster)
     cluster.drain(cluster.node, "nodewarden: gpu.xid gpu3: an older finding")
     done = health_check(cluster, config, "--simulate", LOST_GPU)
-    assert "worst finding changed" in done.stdout, done.stdout + done.stderr
-    assert cluster.state()[1].startswith("nodewarden: gpu.lost gpu7")
+    assert "is not nodewarden's: left alone" in done.stdout, done.stdout + done.stderr
+    assert cluster.state() == ("drained", "nodewarden: gpu.xid gpu3: an older finding")
 
 
 def test_a_stale_state_file_decides_nothing(cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -206,10 +212,11 @@ def test_require_accept_counts_from_now_for_a_drain_it_did_not_see(cluster: Slur
     accept = tmp_path / "state" / "accept"
     accept.mkdir(parents=True, mode=0o700)
     (accept / "last.json").write_text(json.dumps({"passed": True, "finished_at": "2026-01-01T00:00:00Z"}))
-    health_check(cluster, config, "--simulate", LOST_GPU)  # sees the drain (and what causes it) from now
+    health_check(cluster, config, "--simulate", LOST_GPU)
     done = health_check(cluster, config, "--simulate", HEALTHY)
-    assert "no acceptance run since the drain" in done.stdout, done.stdout + done.stderr
-    assert cluster.state()[0] == "drained"
+    # A drain this gate did not make and mark is not ours at all (issue 30.4): never resumed
+    assert "is not nodewarden's: left alone" in done.stdout, done.stdout + done.stderr
+    assert cluster.state() == ("drained", "nodewarden: gpu.lost gpu7: from another state dir")
 
 
 def test_a_drain_whose_cause_goes_dark_is_never_resumed(cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -299,3 +306,101 @@ def test_a_slurm_tool_others_could_change_is_refused(cluster: SlurmCluster, tmp_
     assert f"unsafe scontrol: {unsafe} is {why}" in done.stdout, done.stdout
     assert not (tmp_path / "ran").exists()
     assert cluster.state() == ("idle", "")
+
+
+DRAIN_ANSWER = Answer("DRAIN", "state file", actions=[{
+    "action": "drain", "drains": True, "severity": "critical", "checks": ["gpu.lost"], "subjects": ["gpu7"],
+    "message": "GPU 7 has fallen off the bus"}])
+
+
+def gate_settings(tmp_path: Path, cluster: SlurmCluster, **kwargs: object) -> HealthSettings:
+    (tmp_path / "state").mkdir(mode=0o700, exist_ok=True)
+    return HealthSettings(state_dir=tmp_path / "state", slurm_conf=cluster.conf, **kwargs)  # type: ignore[arg-type]
+
+
+def scontrol_state(cluster: SlurmCluster, node: str) -> str:
+    line = cluster.run(TOOLS["scontrol"], "show", "node", "-o", node)
+    return next(token for token in line.split() if token.startswith("State="))
+
+
+def test_the_breaker_holds_when_every_node_checks_at_once(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 30.1: 20 nodes of one partition with a DRAIN verdict, released at one instant (a barrier),
+    limit 5: exactly 5 stay drained, the other 15 back off (`breaker`) to their state and reason before."""
+    settings = gate_settings(tmp_path, cluster, breaker_percent=25, breaker_min_nodes=1)  # 20 nodes: limit 5
+    for _ in range(3):
+        before = cluster.states()
+        barrier = threading.Barrier(len(BURST_NODES))
+        decisions: dict[str, Decision] = {}
+
+        def check(node: str, barrier: threading.Barrier, decisions: dict[str, Decision]) -> None:
+            barrier.wait()
+            decisions[node] = decide(DRAIN_ANSWER, node, settings, dry_run=False)
+
+        threads = [threading.Thread(target=check, args=(node, barrier, decisions)) for node in BURST_NODES]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        after = cluster.states()
+        drained = sorted(n for n in BURST_NODES if after[n][1].startswith("nodewarden:"))
+        assert len(drained) == 5, (drained, {n: (d.action, d.why) for n, d in decisions.items()})
+        assert sorted(n for n, d in decisions.items() if d.action == "drain") == drained
+        backed_off = [n for n in BURST_NODES if n not in drained]
+        assert {decisions[n].action for n in backed_off} == {"breaker"}, {n: decisions[n].why for n in backed_off}
+        assert {n: after[n] for n in backed_off} == {n: before[n] for n in backed_off}  # state and reason
+        cluster.reset()
+
+
+def test_every_partition_name_is_read_and_counted_in_one_sinfo_call(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 30.2: partition names with + : @ / # % ~ ( ) are read (the old parser saw "no partition" and
+    skipped the breaker); all partitions are counted from one sinfo call before the drain."""
+    odd = "gpu#1%x+h:1@2/3~4(A)"
+    cluster.run(TOOLS["scontrol"], "create", f"PartitionName={odd}",
+                f"Nodes={cluster.node},{','.join(EXTRA_NODES[:3])}")
+    try:
+        log = tmp_path / "calls"
+        folder = tmp_path / "bin"
+        folder.mkdir()
+        for tool in ("scontrol", "sinfo"):
+            (folder / tool).write_text(f'#!/bin/sh\necho "{tool} $1" >>{log}\nexec {TOOLS[tool]} "$@"\n')
+            (folder / tool).chmod(0o755)
+        config = write_config(tmp_path, cluster, breaker_percent=25, breaker_min_nodes=1, slurm_bin_dir=str(folder))
+        cluster.drain(EXTRA_NODES[0], "nodewarden: gpu.lost gpu1: elsewhere")  # gpu: 1 of 8 (limit 2); odd: 1 of 4
+        done = health_check(cluster, config, "--simulate", LOST_GPU)
+        assert f"circuit breaker open: partition {odd} has 1 of 4 nodes" in done.stdout, done.stdout + done.stderr
+        assert cluster.state() == ("idle", "")
+        cluster.resume(EXTRA_NODES[0])
+        log.unlink()
+        done = health_check(cluster, config, "--simulate", LOST_GPU)
+        assert cluster.state()[1].startswith("nodewarden: gpu.lost gpu7"), done.stdout + done.stderr
+        calls = log.read_text().splitlines()
+        assert calls[:calls.index("scontrol update")].count("sinfo --json") == 1, calls
+    finally:
+        cluster.reset()
+        cluster.run(TOOLS["scontrol"], "delete", f"PartitionName={odd}")
+
+
+def test_a_node_in_no_partition_is_never_drained(cluster: SlurmCluster, tmp_path: Path) -> None:
+    decision = decide(DRAIN_ANSWER, LONER, gate_settings(tmp_path, cluster), dry_run=False)
+    assert decision.action == "unknown" and "cannot decide" in decision.why, decision
+    assert "DRAIN" not in scontrol_state(cluster, LONER)
+
+
+def test_our_drain_edited_or_reset_by_someone_else_is_theirs(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 30.4: ours only while Slurm shows the reason, user and time this gate recorded. An admin's
+    edit (however it starts), the same text set again later, or a reason with a newline: left alone."""
+    config = write_config(tmp_path, cluster)
+    health_check(cluster, config, "--simulate", LOST_GPU)
+    ours = cluster.state()
+    assert ours[1].startswith("nodewarden: gpu.lost gpu7"), ours
+    for theirs in ("nodewarden: held by admin - RMA 4711", ours[1], "nodewarden: gpu.lost gpu7: x\nsecond line"):
+        time.sleep(1.1)  # the same text set again is another second's drain
+        cluster.drain(cluster.node, theirs)
+        for simulate in (LOST_GPU, HEALTHY, HEALTHY):
+            done = health_check(cluster, config, "--simulate", simulate)
+            assert "is not nodewarden's: left alone" in done.stdout, (theirs, done.stdout + done.stderr)
+        shown = json.loads(cluster.run(TOOLS["sinfo"], "--json"))
+        node = next(n for n in shown["nodes"] if n["name"] == cluster.node)
+        assert (node["reason"], "DRAIN" in node["state_flags"]) == (theirs, True)
+    mark = json.loads((tmp_path / "state/scheduler" / f"drain-{cluster.node}.json").read_text())
+    assert mark["reason"] == ours[1] and mark["user"] == "root" and mark["at"] > 0  # what proved ours

@@ -15,6 +15,7 @@ killed at the timeout, at most MAX_OUTPUT bytes read, a failure reported as Slur
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import selectors
@@ -27,11 +28,14 @@ from pathlib import Path
 from agent.scheduler.settings import MIN_UPDATE_S, SLURM_BIN_DIRS, Deadline, HealthSettings
 from agent.trusted_exec import UntrustedProgram, find_program
 
-MAX_OUTPUT = 1 << 20  # sinfo of a 10k-node partition is ~500 kB
+# sinfo --json answers for the whole cluster whatever -n/-p says (Slurm 22.05), ~1.3 kB a node: 10k
+# nodes are ~13 MB
+MAX_OUTPUT = 32 << 20
 MAX_LINES = 100_000
 MAX_REASON = 512
+MAX_PARTITIONS = 64  # a node in more is one we cannot count the breaker for: never drained
+MAX_NAME = 256
 _STATE_TOKEN = re.compile(r"(?:^|\s)State=([A-Z_+*~#!%$@^-]{1,200})(?=\s|$)")
-_PARTITIONS_TOKEN = re.compile(r"(?:^|\s)Partitions=([A-Za-z0-9._,-]{0,4000})(?=\s|$)")
 
 
 class SlurmError(Exception):
@@ -43,7 +47,9 @@ class NodeState:
     name: str
     flags: frozenset[str]  # State=IDLE+DRAIN -> {"IDLE", "DRAIN"}
     reason: str  # "" when none
-    partitions: tuple[str, ...]
+    partitions: tuple[str, ...] | None  # None: Slurm's answer did not say them readably
+    reason_user: str = ""  # who set the reason and when (Slurm's epoch seconds; 0: none), as Slurm reports
+    reason_time: int = 0
 
     @property
     def drained(self) -> bool:
@@ -55,6 +61,7 @@ class Slurm:
         self.timeout_s = settings.slurm_timeout_s
         self.deadline = deadline
         self.slowest_s = 0.0  # the slowest answer so far: how long an update may take to finish
+        self.seen: dict[str, NodeState] = {}  # the last view(): what the breaker counts, no second call
         folders = [settings.slurm_bin_dir] if settings.slurm_bin_dir else list(SLURM_BIN_DIRS)
         self.scontrol, self.sinfo = (_find(name, folders) for name in ("scontrol", "sinfo"))
         # Only what the tools need: slurmd's own environment is near empty anyway.
@@ -84,7 +91,8 @@ class Slurm:
             self.slowest_s = max(self.slowest_s, time.monotonic() - started)
 
     def node(self, name: str) -> NodeState:
-        """The node's state flags and partitions (scontrol) and its reason (sinfo, whole and last)."""
+        """The node's state flags (scontrol) and its reason, who set it and when, and its partitions (the
+        structured fields of one `sinfo --json`, whose whole view is kept in `seen` for the breaker)."""
         shown = self.call([self.scontrol, "show", "node", "-o", name])
         lines = [line for line in shown.splitlines() if line.startswith(f"NodeName={name} ")]
         if len(lines) != 1:
@@ -92,24 +100,16 @@ class Slurm:
         state = _STATE_TOKEN.search(lines[0])
         if state is None:
             raise SlurmError(f"scontrol show node {name}: no State")
-        parts = _PARTITIONS_TOKEN.search(lines[0])
-        partitions = tuple(p for p in (parts.group(1).split(",") if parts else []) if p[:1].isalnum())[:64]
-        reason_lines = self.call([self.sinfo, "-h", "-N", "-n", name, "-o", "%N|%E"]).splitlines()
-        reasons = {line.partition("|")[2] for line in reason_lines[:64] if line.partition("|")[0] == name}
-        reason = next(iter(reasons), "none")
         flags = frozenset(f.rstrip("*~#!%$@^-") for f in state.group(1).split("+"))
-        return NodeState(name, flags, "" if reason == "none" else reason[:MAX_REASON], partitions)
+        listed = self.view().get(name)
+        if listed is None:
+            raise SlurmError(f"sinfo --json: node {name} not listed")
+        return NodeState(name, flags, listed.reason, listed.partitions, listed.reason_user, listed.reason_time)
 
-    def partition_reasons(self, partition: str) -> dict[str, str]:
-        """Each node of `partition` and its reason ("" when none)."""
-        out = self.call([self.sinfo, "-h", "-N", "-p", partition, "-o", "%N|%E"])
-        nodes: dict[str, str] = {}
-        for line in out.splitlines()[:MAX_LINES]:
-            name, bar, reason = line.partition("|")
-            if not bar or not name:
-                continue
-            nodes[name[:256]] = "" if reason == "none" else reason[:MAX_REASON]
-        return nodes
+    def view(self) -> dict[str, NodeState]:
+        """Every node Slurm lists, from one bounded `sinfo --json` (also kept as `seen`)."""
+        self.seen = parse_view(self.call([self.sinfo, "--json"]))
+        return self.seen
 
     def update(self, name: str, state: str, reason: str | None = None) -> list[str]:
         argv = self.update_argv(name, state, reason)
@@ -119,6 +119,46 @@ class Slurm:
     def update_argv(self, name: str, state: str, reason: str | None = None) -> list[str]:
         return [self.scontrol, "update", f"NodeName={name}", f"State={state}",
                 *([f"Reason={reason}"] if reason is not None else [])]
+
+
+def parse_view(text: str) -> dict[str, NodeState]:
+    """sinfo --json's nodes, each field checked (hostile input). A node without a readable name, or
+    twice, spoils the whole view (a count must not miss one); unreadable partitions are None and an
+    unreadable reason one that is nobody's ("(unreadable)"): such a node is never ours to drain."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise SlurmError("sinfo --json: not JSON") from None
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(nodes, list) or len(nodes) > MAX_LINES:
+        raise SlurmError("sinfo --json: no list of nodes")
+    view: dict[str, NodeState] = {}
+    for node in nodes:
+        name = node.get("name") if isinstance(node, dict) else None
+        if not (isinstance(name, str) and 0 < len(name) <= MAX_NAME and name.isprintable()
+                and not any(c.isspace() for c in name)) or name in view:
+            raise SlurmError(f"sinfo --json: a node named {str(name)[:40]!r}")
+        assert isinstance(node, dict)
+        base, extra = node.get("state"), node.get("state_flags")
+        flags = {base.upper()} if isinstance(base, str) else set()
+        flags |= {f.upper() for f in extra if isinstance(f, str)} if isinstance(extra, list) else set()
+        reason, user, at = node.get("reason"), node.get("reason_set_by_user"), node.get("reason_changed_at")
+        view[name] = NodeState(
+            name, frozenset(flags),
+            reason if isinstance(reason, str) and len(reason) <= MAX_REASON else "(unreadable)",
+            _partitions(node.get("partitions")),
+            user[:MAX_NAME] if isinstance(user, str) else "",
+            at if isinstance(at, int) and not isinstance(at, bool) and 0 <= at < 10**11 else 0)
+    return view
+
+
+def _partitions(value: object) -> tuple[str, ...] | None:
+    """Every partition name as Slurm gives it (`gpu+h100`, `H100(A)`, `gpu#1` alike), or None when any is
+    unreadable or there are too many: the breaker could not be counted for the node."""
+    if not isinstance(value, list) or len(value) > MAX_PARTITIONS:
+        return None
+    names = [p for p in value if isinstance(p, str) and 0 < len(p) <= MAX_NAME and p.isprintable()]
+    return tuple(dict.fromkeys(names)) if len(names) == len(value) else None
 
 
 def _find(name: str, folders: list[Path]) -> str:

@@ -133,7 +133,8 @@ def test_a_foreign_reason_that_merely_mentions_us_is_not_ours(tmp_path: Path) ->
     log = tmp_path / "updates"
     settings = fake_tools(tmp_path, f'[ "$1" = update ] && echo "$@" >>{log}; '
                           "echo 'NodeName=n1 State=IDLE+DRAIN Partitions=gpu'",
-                          "echo 'n1|maint: nodewarden: said so'")
+                          """echo '{"nodes": [{"name": "n1", "state": "idle", "state_flags": ["DRAIN"], '"""
+                          """'"reason": "maint: nodewarden: said so", "partitions": ["gpu"]}]}'""")
     healthy = Answer("OK", "state file")
     for answer in (healthy, healthy, DRAIN):
         decision = decide(answer, "n1", settings, dry_run=False)

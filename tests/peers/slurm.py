@@ -29,6 +29,11 @@ from tests.peers.processes import spawn, stop
 
 EXTRA_NODES = tuple(f"spare{i}" for i in range(1, 8))  # 8 nodes in the partition with this host's
 PARTITION = "gpu"
+# The breaker under concurrency (issue 30.1): 20 more never-started nodes in one partition whose name
+# has characters the old parser refused; LONER is in no partition at all.
+BURST_NODES = tuple(f"burst{i:02d}" for i in range(1, 21))
+BURST_PARTITION = "h100+gpu:a@b/c%d~e(F)"
+LONER = "loner"
 INSTALL_HINT = f"run `{SETUP_COMMAND}` (as root: apt-get install slurmctld slurmd slurm-client munge)"
 TOOLS = {"slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd", "munged": "/usr/sbin/munged",
          "scontrol": "/usr/bin/scontrol", "sinfo": "/usr/bin/sinfo"}
@@ -44,7 +49,17 @@ class SlurmCluster:
 
     @property
     def nodes(self) -> tuple[str, ...]:
-        return (self.node, *EXTRA_NODES)
+        return (self.node, *EXTRA_NODES, *BURST_NODES, LONER)
+
+    def states(self) -> dict[str, tuple[str, str]]:
+        """(sinfo's long state, reason) of every node, one call."""
+        out = self.run(TOOLS["sinfo"], "-h", "-N", "-o", "%N|%T|%E").splitlines()
+        seen: dict[str, tuple[str, str]] = {}
+        for line in out:
+            node, _, rest = line.partition("|")
+            state, _, reason = rest.partition("|")
+            seen[node] = (state.strip().rstrip("*"), "" if reason.strip() == "none" else reason.strip())
+        return seen
 
     def run(self, *argv: str, check: bool = True) -> str:
         done = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=30, check=False)
@@ -68,9 +83,10 @@ class SlurmCluster:
 
     def reset(self) -> None:
         """Every node back to no drain and no reason (a test's own drains undone)."""
-        for node in self.nodes:
-            if self.state(node)[1]:
+        for node, (_, reason) in self.states().items():
+            if reason:
                 self.resume(node)
+        self.resume(LONER)  # in no partition: sinfo does not list it
         deadline = time.monotonic() + 10
         while self.state(self.node)[0] not in ("idle", "mixed", "allocated") and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -84,8 +100,8 @@ def _free_port() -> int:
 
 def _config(root: Path, node: str, health_check: Path) -> str:
     ctld_port, d_port = _free_port(), _free_port()
-    extra = "\n".join(f"NodeName={name} NodeAddr=127.0.0.{i + 2} CPUs=1 State=UNKNOWN"
-                      for i, name in enumerate(EXTRA_NODES))
+    extra = "\n".join(f"NodeName={name} NodeAddr=127.0.{1 + i // 200}.{2 + i % 200} CPUs=1 State=UNKNOWN"
+                      for i, name in enumerate((*EXTRA_NODES, *BURST_NODES, LONER)))
     return f"""ClusterName=lab
 SlurmctldHost={node}(127.0.0.1)
 SlurmUser=root
@@ -106,9 +122,11 @@ SelectType=select/cons_tres
 HealthCheckProgram={health_check}
 HealthCheckInterval=2
 HealthCheckNodeState=ANY
+SlurmdTimeout=0
 NodeName={node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} State=UNKNOWN
 {extra}
-PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName={PARTITION} Nodes={node},{",".join(EXTRA_NODES)} Default=YES MaxTime=INFINITE State=UP
+PartitionName={BURST_PARTITION} Nodes={",".join(BURST_NODES)} MaxTime=INFINITE State=UP
 """
 
 
