@@ -10,8 +10,9 @@ must not exist) and the temporary folder removed.
 the snapshot, and in the file and folder names of its Redfish tree (resources named by
 serial or host name; fs/ names are the kernel's), with a token, the same value always with the same token (so
 cross-checks between sources still match): serials (any JSON key or sysfs file
-named *serial*), UUIDs (any 8-4-4-4-12 hex), hostnames (meta.yaml's and the
-recorded hostname files), MACs (6-octet colon form, and every
+named *serial*), UUIDs (any 8-4-4-4-12 hex), hostnames (meta.yaml's, the recorded
+hostname files' and JSON host-name fields', whatever their length, by token: agent.importers.redact_hosts),
+MACs (6-octet colon form, and every
 sys/class/net/*/address), IPv4 and IPv6 addresses, InfiniBand GUIDs (`0x` and 16
 hex digits as ibstat prints them, four colon groups as sysfs node_guid) and GIDs
 (eight groups of four: an IPv6 address in form, so `ips` or `guids` redacts it).
@@ -31,6 +32,7 @@ from __future__ import annotations
 import atexit
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent.errors import SnapshotError
+from agent.importers.redact_hosts import HOST_FILES, HostNames, host_forms, is_kernel_data, json_hosts, unsafe_names
 
 T = TypeVar("T")
 REDACT_KINDS = ("serials", "uuids", "hostnames", "macs", "ips", "guids")
@@ -61,7 +64,6 @@ _GUID_RE = re.compile(rb"(?<![0-9A-Za-z])0x[0-9A-Fa-f]{16}(?![0-9A-Za-z])")  # i
 _GUID4_RE = re.compile(rb"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{4}:){3}[0-9A-Fa-f]{4}(?![0-9A-Fa-f:])")  # sysfs node_guid
 _PLACEHOLDERS = {"", "0", "n/a", "na", "none", "null", "not specified", "to be filled by o.e.m.", "default string",
                  "unknown", "[n/a]", "0123456789", "system serial number"}
-_HOST_FILES = ("fs/proc/sys/kernel/hostname", "fs/etc/hostname")
 
 
 def is_archive(path: Path) -> bool:
@@ -124,8 +126,10 @@ def _values(root: Path, kinds: tuple[str, ...]) -> dict[str, set[bytes]]:
         if "serial" in path.name.lower() and rel.startswith("fs/"):
             serials.add(path.read_text("utf-8", "replace").strip())
         if path.suffix == ".json":
-            _json_serials(_json_for_redaction(path, rel), serials)
-        if rel in _HOST_FILES:
+            loaded_json = _json_for_redaction(path, rel)
+            _json_serials(loaded_json, serials)
+            json_hosts(loaded_json, hosts)
+        if rel in HOST_FILES:
             hosts.add(path.read_text("utf-8", "replace").strip())
         if re.fullmatch(r"fs/sys/class/net/[^/]+/address", rel):
             macs.add(path.read_bytes().strip())
@@ -136,12 +140,11 @@ def _values(root: Path, kinds: tuple[str, ...]) -> dict[str, set[bytes]]:
         loaded = yaml.safe_load(meta.read_text("utf-8", "replace"))
         if isinstance(loaded, dict) and isinstance(loaded.get("hostname"), str):
             hosts.add(loaded["hostname"])
-    hosts |= {h.split(".")[0] for h in hosts}
     out: dict[str, set[bytes]] = {}
     if "serials" in kinds:
         out["serial"] = {s.encode() for s in serials if s.lower() not in _PLACEHOLDERS and len(s) >= 4}
-    if "hostnames" in kinds:
-        out["host"] = {h.encode() for h in hosts if h.lower() not in _PLACEHOLDERS and len(h) >= 3}
+    if "hostnames" in kinds:  # whatever their length (issue 36, 2): agent.importers.redact_hosts says where
+        out["host"] = {h.encode() for h in host_forms(hosts, _PLACEHOLDERS)}
     if "macs" in kinds:
         out["mac"] = {m for m in macs if m and set(m) - set(b"0:")}
     return out
@@ -155,6 +158,8 @@ class Redactor:
         self.tokens: dict[bytes, bytes] = {}
         self.literals: dict[str, set[bytes]] = {}
         self.issued: set[bytes] = set()  # tokens handed out: a later pattern must not redact them again
+        self.hosts: HostNames | None = None  # the host's names: by token, and only where that is safe
+        self.notes: list[str] = []
 
     def token(self, kind: str, value: bytes) -> bytes:
         key = value.lower() if kind in ("uuid", "mac", "gid", "guid", "guid4", "ip6") else value
@@ -164,8 +169,12 @@ class Redactor:
             self.issued.add(self.tokens[key].lower())
         return self.tokens[key]
 
-    def apply(self, data: bytes) -> bytes:
+    def apply(self, data: bytes, rel: str | None = None) -> bytes:
+        """`data`, the bytes of the file at `rel` (None: a file name in the Redfish tree), redacted."""
         for kind in ("serial", "host", "mac"):  # longest first: a serial that holds a hostname stays whole
+            if kind == "host":
+                data = self.hosts.apply(data, rel) if self.hosts is not None else data
+                continue
             for value in sorted(self.literals.get(kind, ()), key=len, reverse=True):
                 if value in data:
                     data = data.replace(value, self.token(kind, value))
@@ -234,14 +243,33 @@ def redact_tree(root: Path, kinds: tuple[str, ...]) -> Redactor:
     """Rewrite every file under `root` (a private folder we just filled) with the values replaced."""
     redactor = Redactor(kinds)
     redactor.literals = _values(root, kinds)
+    if names := {h.decode() for h in redactor.literals.get("host", ())}:
+        kernel_data = (p.read_bytes() for p in _files(root) if is_kernel_data(p.relative_to(root).as_posix()))
+        redactor.hosts = HostNames(names, unsafe_names(names, kernel_data), lambda v: redactor.token("host", v))
     for path in _files(root):
         data = path.read_bytes()
-        new = redactor.apply(data)
+        rel = path.relative_to(root).as_posix()
+        new = redactor.apply(data, rel)
+        if redactor.hosts is not None:
+            redactor.hosts.check(new, rel)
         if new != data:
             path.write_bytes(new)  # our own 0700 temporary folder, never a link (rglob files, checked)
     if (root / "redfish").is_dir():
         redactor.rename_tree(root / "redfish")
+    if redactor.hosts is not None and (notes := redactor.hosts.notes()):
+        _add_notes(root / "meta.yaml", notes)
+        redactor.notes += notes
     return redactor
+
+
+def _add_notes(meta: Path, notes: list[str]) -> None:
+    """meta.yaml's `redaction_notes`: what a redacted archive still holds, said in the archive itself."""
+    import yaml
+
+    loaded = yaml.safe_load(meta.read_text("utf-8", "replace")) if meta.is_file() else None
+    if isinstance(loaded, dict):
+        loaded["redaction_notes"] = notes
+        meta.write_text(yaml.safe_dump(loaded, sort_keys=False), "utf-8")  # our own 0700 folder, as above
 
 
 # --- writing and reading the archive --------------------------------------------------------------
@@ -260,7 +288,8 @@ def capture_archive(out: Path, capture: Callable[[Path], list[str]], redact: tup
             snap = scratch / top
             captured = capture(snap)
             if redact:
-                redact_tree(snap, redact)
+                for note in redact_tree(snap, redact).notes:  # said on the terminal too, not only in the archive
+                    logging.getLogger("nodewarden.snapshot").warning("snapshot capture: %s", note)
             fd = os.open("snapshot.tar.gz", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o644, dir_fd=work.fd)
             with os.fdopen(fd, "wb") as handle:
