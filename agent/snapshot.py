@@ -5,6 +5,7 @@
     SNAPSHOT/fs_links.json  symlinks (path -> target), since zip/wheel cannot hold links
     SNAPSHOT/fs_errors.json paths whose read failed live, with the errno name
     SNAPSHOT/kmsg.txt       /dev/kmsg records
+    SNAPSHOT/inputs.jsonl   an import's per-input index (agent.snapshot_index; in meta.yaml before issue 31)
 
 `capture` writes into a private temporary sibling held by descriptor and renames it into
 place (agent.fsout.OutputDir), so an interrupted capture never leaves a half-written
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from agent import __version__
 from agent.errors import SnapshotError
 from agent.profiles import data_dir
+from agent.snapshot_index import INDEX_FILE, LINE_MAX_BYTES, index_max_bytes, read_index
 from agent.sources.fsroot import LiveFs
 from agent.sources.kmsg import KMSG_DEVICE
 from agent.sources.local_sources import CAPTURE_SYSCTLS
@@ -60,10 +62,15 @@ def simulated_path(name: str) -> Path:
 
 
 # What a snapshot holds at its top: each must be itself, never a symlink out of the folder.
-__all__ = ["CAPTURE_SYSCTLS", "Snapshot", "capture_live", "copy_snapshot", "open_snapshot"]
-_RECORDED = ("meta.yaml", "fs", "fs_links.json", "fs_errors.json", "kmsg.txt", "nvml.json", "ipmi.json", "redfish")
+__all__ = ["CAPTURE_SYSCTLS", "INDEX_FILE", "Snapshot", "capture_live", "copy_snapshot", "index_max_bytes",
+           "open_snapshot"]
+_RECORDED = ("meta.yaml", "fs", "fs_links.json", "fs_errors.json", "kmsg.txt", "nvml.json", "ipmi.json", "redfish",
+             INDEX_FILE)
 _DIR_ENTRIES = ("fs", "redfish")
-META_MAX_BYTES = 1 << 20  # meta.yaml holds a few lines
+# meta.yaml holds a few KB as capture and import write it (the per-input index is in INDEX_FILE since
+# issue 31; an older import's meta.yaml holds its index within this bound, and still reads).
+META_MAX_BYTES = 1 << 20
+INDEX_LINE_MAX_BYTES = LINE_MAX_BYTES
 
 
 def _check_recorded_entries(path: Path) -> None:
@@ -83,6 +90,9 @@ def _check_recorded_entries(path: Path) -> None:
         if name == "meta.yaml" and info.st_size > META_MAX_BYTES:
             raise SnapshotError(f"{info.st_size} bytes: larger than the {META_MAX_BYTES} bytes meta.yaml may hold",
                                 path=str(path / name))
+        if name == INDEX_FILE and info.st_size > index_max_bytes():  # read_index checks again, on its descriptor
+            raise SnapshotError(f"{info.st_size} bytes: larger than the {index_max_bytes()} bytes {INDEX_FILE} "
+                                "may hold", path=str(path / name))
 
 
 def open_snapshot(path: Path) -> Snapshot:
@@ -105,6 +115,9 @@ def open_snapshot(path: Path) -> Snapshot:
     if "kmsg" in captured and not (path / "kmsg.txt").is_file():
         raise SnapshotError("partial snapshot: meta.yaml says kmsg was captured but kmsg.txt is missing",
                             path=str(path))
+    if (path / INDEX_FILE).is_file():  # the index beside meta.yaml wins over an `inputs` list inside it
+        rows, total = read_index(path / INDEX_FILE)
+        meta = {**meta, "inputs": rows, "inputs_total": total}
     return Snapshot(path, meta)
 
 

@@ -191,7 +191,7 @@ def test_hostile_tar_members_refused_by_name(tmp_path: Path) -> None:
     assert "device" in errors["dev/sda"]
     assert summary.captured == ["kmsg"]
     assert not (tmp_path / "escape.txt").exists() and not (out / "kmsg.txt").is_symlink()
-    assert sorted(p.name for p in out.iterdir()) == ["kmsg.txt", "meta.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == ["inputs.jsonl", "kmsg.txt", "meta.yaml"]
 
 
 def _zero_gzip(total: int) -> bytes:

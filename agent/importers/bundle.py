@@ -5,8 +5,8 @@ nothing extracted to disk), each file's kind is found by content (`KINDS`, in
 order: the first importer whose `detect` says yes), or forced with
 `--as KIND=FILE`, and its importer adds what it holds to one `Builder`. A file
 no importer recognises, or one that fails, is recorded with why, and the rest
-still imports. meta.yaml lists every input (name, size, sha256, kind, what it
-contributed, what was skipped and why); `audit --snapshot` shows that list in
+still imports. inputs.jsonl lists every input (name, size, sha256, kind, what it
+contributed, what was skipped and why; meta.yaml the first that fit); `audit --snapshot` shows that list in
 the report (node.snapshot.inputs). What no input provided is simply not in the
 snapshot: the audit says "not in this snapshot", never fails on it.
 """
@@ -33,6 +33,7 @@ from agent.importers.base import (
     run_importer,
 )
 from agent.importers.inputs import STREAM_ABOVE, Budget, Content, Entry, Reader
+from agent.snapshot_index import INDEX_FILE, index_lines
 from agent.sources.bmc_source import IPMI_FILE
 from agent.sources.local_sources import KMSG_FILE, LINKS_FILE, NVML_FILE, json_recording, kmsg_recording
 
@@ -144,8 +145,6 @@ def put_file(root: Path, rel: str, data: bytes | Iterable[bytes]) -> None:
 
 
 def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
-    import yaml
-
     if builder.fs or builder.fs_dirs:
         (tmp / "fs").mkdir(mode=0o755)
         for rel, data in sorted(builder.fs.items()):
@@ -164,6 +163,8 @@ def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
         put_file(tmp, IPMI_FILE, json_recording(_ipmi_document(builder.ipmi)))
     for rel, body in sorted(builder.redfish.items()):
         put_file(tmp, rel, body)
+    rows = [e.to_json() for e in entries]
+    put_file(tmp, INDEX_FILE, index_lines(rows))  # every input, bounded per row (agent.snapshot_index)
     meta: dict[str, Any] = {
         "hostname": builder.hostname or "imported",
         "captured_at": builder.captured_at or dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
@@ -171,16 +172,56 @@ def _write(tmp: Path, builder: Builder, entries: list[Entry]) -> None:
         "captured": builder.captured,
         **({"host_parts": parts_of([*builder.fs, *builder.links])} if builder.fs else {}),  # a class is links
         "source": f"snapshot import of {len([e for e in entries if ':' not in e.name])} input(s)",
-        "inputs": [e.to_json() for e in entries],
-        "fed_by": builder.fed_by(),
+        "inputs_index": INDEX_FILE,
         "evidence": evidence_of(builder, entries),
     }
-    put_file(tmp, "meta.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=False, width=200).encode())
+    put_file(tmp, "meta.yaml", _meta_text(meta, rows, builder.fed_by()))
+
+
+META_WRITE_MAX = 1 << 19  # what an import writes to meta.yaml: half of what audit reads (META_MAX_BYTES)
+META_INPUTS_CHARS = 192 << 10  # meta.yaml's preview of the index: the first inputs that fit (all, for most imports)
+FED_BY_NAMES = 100  # inputs named per source in `fed_by`: what agent.node.snapshot_feeds reads back
+FED_BY_CHARS = 300
+
+
+def _meta_text(meta: dict[str, Any], rows: list[dict[str, Any]], fed_by: dict[str, list[str]]) -> bytes:
+    """meta.yaml, within META_WRITE_MAX whatever the inputs: audit must read what import wrote (issue 31).
+
+    The whole index is in INDEX_FILE; meta.yaml keeps, for a person reading it, the first inputs that fit
+    (`inputs`, with `inputs_left_out` saying how many are only in the index) and `fed_by` bounded as it is
+    read back. Should hostile names still make it too big, the preview goes, then `fed_by` is cut harder.
+    """
+    import json
+
+    import yaml
+
+    from agent.snapshot import META_MAX_BYTES
+
+    preview: list[dict[str, Any]] = []
+    used = 0
+    for row in rows:
+        used += len(json.dumps(row)) + 16
+        if used > META_INPUTS_CHARS:
+            break
+        preview.append(row)
+    tries: tuple[tuple[list[dict[str, Any]], int, int], ...] = (
+        (preview, FED_BY_NAMES, FED_BY_CHARS), ([], FED_BY_NAMES, FED_BY_CHARS), ([], 10, 100))
+    text = b""
+    for shown, names, chars in tries:
+        doc = {**meta, "inputs": shown, **({"inputs_left_out": len(rows) - len(shown)} if len(shown) < len(rows)
+                                           else {}),
+               "fed_by": {source: [n[:chars] for n in listed[:names]] for source, listed in fed_by.items()}}
+        text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=False, width=200).encode()
+        if len(text) <= META_WRITE_MAX:
+            return text
+    if len(text) > META_MAX_BYTES:  # never write a snapshot that audit would refuse
+        raise SnapshotError(f"meta.yaml would be {len(text)} bytes, more than audit reads: not written")
+    return text
 
 
 _SOS_TOPS = ("sos_commands/", "proc/", "sys/", "etc/", "var/", "run/")  # where a sos report's own files start
 MAX_EVIDENCE = 20  # inputs named per fact area in meta.yaml `evidence` (the engine reads back no more)
-MAX_EVIDENCE_CHARS = 64 << 10  # all of it (meta.yaml holds at most 1 MiB): names cut as the engine cuts them
+MAX_EVIDENCE_CHARS = 64 << 10  # all of it (meta.yaml: META_WRITE_MAX at most): names cut as the engine cuts them
 
 
 def evidence_of(builder: Builder, entries: list[Entry]) -> dict[str, list[dict[str, str]]]:
