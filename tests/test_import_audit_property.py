@@ -201,3 +201,24 @@ def test_a_hostile_index_is_refused_by_name(tmp_path: Path, run_cli: RunCli, emp
     (snap / INDEX_FILE).symlink_to("/etc/passwd")
     code, _stdout, stderr = _audit(run_cli, snap, empty_config)
     assert code == 2 and "symlink" in stderr, stderr
+
+
+def test_a_huge_sel_imports_into_an_ipmi_json_audit_reads(tmp_path: Path, run_cli: RunCli, empty_config: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """ipmitool accepts 64 MiB and 100,000 SEL lines; ipmi.json once grew past the 32 MiB audit reads. Scaled
+    down here (audit reading 2 MiB) to stay fast: the writer keeps the newest entries that fit, and says so."""
+    from agent.importers import ipmitool
+    from agent.sources import bmc_source
+
+    assert ipmitool.SEL_BUDGET + ipmitool.SENSORS_BUDGET + (4 << 20) <= bmc_source.RECORDING_MAX_BYTES
+    monkeypatch.setattr(bmc_source, "RECORDING_MAX_BYTES", 2 << 20)
+    monkeypatch.setattr(ipmitool, "SEL_BUDGET", 1 << 20, raising=False)
+    sel = tmp_path / "sel.txt"
+    sel.write_text("".join(f"{i:4x} | 11/05/2024 | 10:00:00 | Memory #0x53 | Correctable ECC {'x' * 500} | Asserted\n"
+                           for i in range(1, 5001)))
+    report = _imported_then_audited(run_cli, tmp_path / "snap", empty_config, sel)
+    assert report is not None
+    kept = json.loads((tmp_path / "snap" / "ipmi.json").read_text())["sel"]
+    assert kept[-1]["record_id"] == 5000 and len(kept) < 5000  # the newest are kept
+    row = json.loads((tmp_path / "snap" / INDEX_FILE).read_text().splitlines()[1])
+    assert any("older SEL entries" in text for text in row["skipped"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import json
 import re
 from typing import Any
 
@@ -27,6 +28,12 @@ from agent.importers.base import Builder, Contribution, InputError, decode_text
 MAX_BYTES = 64 << 20
 MAX_SENSORS = 4096
 MAX_SEL = 100_000
+# What ipmi.json may hold as this importer writes it, well inside what audit reads back
+# (agent.sources.bmc_source.RECORDING_MAX_BYTES, 32 MiB): 100,000 long SEL lines once made a 69 MB
+# ipmi.json that audit refused (issue 31). Measured as each record's own JSON, with room for indenting.
+SEL_BUDGET = 16 << 20  # the newest SEL entries that fit (a real SEL is a few thousand, ~1 MB)
+SENSORS_BUDGET = 4 << 20  # 4,096 sensors of ~400 bytes: ~1.6 MB
+FRU_FIELDS = 256
 _SENSOR_RE = re.compile(r"^[^|]+\|\s*(?:na|0x[0-9a-fA-F]+|-?\d+(?:\.\d+)?)\s*\|(?:[^|]*\|){7}[^|]*$")
 _ELIST_RE = re.compile(r"^([^|]+?)\s*\|\s*([0-9A-Fa-f]{2}h)\s*\|\s*(ok|ns|nc|cr|nr|lnc|lcr|lnr|unc|ucr|unr|na)\s*\|"
                        r"\s*(\d+\.\d+)\s*\|(.*)$")
@@ -246,7 +253,13 @@ class IpmitoolImporter:
                 dcmi = float(m.group(1))
             elif not (_FRU_HEAD_RE.match(line) or _FRU_FIELD_RE.match(line) or _DCMI_MORE_RE.match(line)):
                 unused += 1
-        fru = parse_fru(lines)
+        fru = dict(list(parse_fru(lines).items())[:FRU_FIELDS])
+        sensors, cut = _within(sensors, SENSORS_BUDGET, newest=False)
+        if cut:
+            result.skipped.append(f"{cut} sensor(s) past the {SENSORS_BUDGET >> 20} MiB ipmi.json keeps of them")
+        sel, cut = _within(sel, SEL_BUDGET, newest=True)
+        if cut:
+            result.skipped.append(f"{cut} older SEL entries past the {SEL_BUDGET >> 20} MiB ipmi.json keeps of them")
         if not (sensors or sel or empty_sel or fru or dcmi is not None):
             raise InputError("no ipmitool sensor, SDR, SEL, FRU or DCMI line in it", path=builder.current)
         if sensors:
@@ -264,6 +277,19 @@ class IpmitoolImporter:
         if unused:
             result.skipped.append(f"{unused} line(s) that are no ipmitool sensor, SEL, FRU or DCMI line")
         return result
+
+
+def _within(records: list[dict[str, Any]], budget: int, *, newest: bool) -> tuple[list[dict[str, Any]], int]:
+    """The records (the first, or with `newest` the last) whose JSON fits `budget`, and how many were cut."""
+    used, kept = 0, 0
+    for record in reversed(records) if newest else records:
+        used += len(json.dumps(record, indent=1, sort_keys=True, default=str)) + 8 * (len(record) + 2)
+        if used > budget:
+            break
+        kept += 1
+    if kept == len(records):
+        return records, 0
+    return (records[len(records) - kept:] if newest else records[:kept]), len(records) - kept
 
 
 def _add_sensors(builder: Builder, records: list[dict[str, Any]], result: Contribution) -> bool:
