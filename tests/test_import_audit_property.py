@@ -222,3 +222,27 @@ def test_a_huge_sel_imports_into_an_ipmi_json_audit_reads(tmp_path: Path, run_cl
     assert kept[-1]["record_id"] == 5000 and len(kept) < 5000  # the newest are kept
     row = json.loads((tmp_path / "snap" / INDEX_FILE).read_text().splitlines()[1])
     assert any("older SEL entries" in text for text in row["skipped"])
+
+
+def test_links_stop_at_what_fs_links_json_may_hold(tmp_path: Path, run_cli: RunCli, empty_config: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """100,000 members with 4 KB link targets could make an fs_links.json past the 64 MiB audit reads; scaled
+    down (a 4 KiB budget): the links past it are named as not recorded, and the snapshot audits."""
+    from agent.importers import base
+
+    monkeypatch.setattr(base, "LINKS_BUDGET", 4 << 10, raising=False)
+    tree = tmp_path / "sysfs"
+    (tree / "sys/devices/virtual/net").mkdir(parents=True)
+    (tree / "sys/class/net").mkdir(parents=True)
+    for i in range(200):
+        (tree / f"sys/devices/virtual/net/eth{i}").mkdir()
+        (tree / f"sys/devices/virtual/net/eth{i}/mtu").write_text("1500\n")
+        (tree / f"sys/class/net/eth{i}").symlink_to(f"../../devices/virtual/net/eth{i}")
+    archive = tmp_path / "sysfs.tar.gz"
+    with tarfile.open(archive, "w:gz") as out:
+        out.add(tree / "sys", arcname="sys")
+    report = _imported_then_audited(run_cli, tmp_path / "snap", empty_config, archive)
+    assert report is not None
+    assert (tmp_path / "snap" / "fs_links.json").stat().st_size <= 5 << 10
+    index = (tmp_path / "snap" / INDEX_FILE).read_text()
+    assert "fs_links.json holds at most" in index

@@ -26,6 +26,7 @@ file wins (a later one is told it was skipped, and why).
 from __future__ import annotations
 
 import io
+import json
 import posixpath
 import re
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ HEAD_BYTES = 64 * 1024  # what `detect` sees
 MAX_FS_FILE = 1 << 20  # what SnapshotFs will read of one sysfs/procfs value
 MAX_KMSG_LINES = 200_000  # agent.sources.kmsg.MAX_RECORDS: the reader keeps no more
 MAX_LINE = 1 << 20  # characters: `text_lines` hands a longer line on in pieces
+LINKS_BUDGET = 48 << 20  # fs_links.json as an import writes it; SnapshotFs reads 64 MiB of it back
 _FS_PATH_RE = re.compile(r"^(?:proc|sys|etc|run|var)/[A-Za-z0-9_.:@+,=-]+(?:/[A-Za-z0-9_.:@+,=-]+)*$")
 
 
@@ -103,6 +105,7 @@ class Builder:
     fs_owner: dict[str, str] = field(default_factory=dict)  # fs path -> the input that gave it
     fs_dirs: set[str] = field(default_factory=set)
     links: dict[str, str] = field(default_factory=dict)  # fs_links.json: path -> target
+    links_bytes: int = 0  # fs_links.json's size so far, as json_recording writes it
     kmsg: list[str] = field(default_factory=list)
     kmsg_from: list[str] = field(default_factory=list)
     nvml: dict[str, Any] | None = None
@@ -149,9 +152,17 @@ class Builder:
         self.fs_owner[path] = self.current
         return True
 
-    def put_link(self, path: str, target: str) -> None:
-        if path not in self.links and path not in self.fs:
-            self.links[path] = target
+    def put_link(self, path: str, target: str) -> bool:
+        """Record a link; False when the path is taken or fs_links.json would outgrow what audit reads
+        (LINKS_BUDGET: 100,000 members with 4 KB targets once could, issue 31)."""
+        if path in self.links or path in self.fs:
+            return False
+        cost = len(json.dumps(path)) + len(json.dumps(target)) + 8
+        if self.links_bytes + cost > LINKS_BUDGET:
+            return False
+        self.links[path] = target
+        self.links_bytes += cost
+        return True
 
     def add_dir(self, path: str) -> None:
         self.fs_dirs.add(path.strip("/"))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.importers.base import Builder, Contribution, InputError, valid_fs_path
+from agent.importers.base import LINKS_BUDGET, Builder, Contribution, InputError, valid_fs_path
 from agent.importers.inputs import Entry
 from agent.sources.fsroot import resolve_links
 
@@ -123,7 +123,9 @@ class Placer:
         if why is not None:
             result.skipped.append(f"/{rel} -> {target[:120]!r}: link not recorded: {why}")
             return False
-        builder.put_link(rel, target)
+        if not builder.put_link(rel, target):
+            result.skipped.append(f"/{rel}: link not recorded: fs_links.json holds at most {LINKS_BUDGET >> 20} MiB")
+            return False
         self._add_parents(rel)
         where, clamped = lexical_target(rel, target)
         note = ""
