@@ -28,6 +28,15 @@ class UntrustedProgram(NodewardenError):
 
 def trusted_program(path: str | os.PathLike[str], what: str = "program") -> str:
     """The real path of `path` to run, if it and its folders pass the rule above; UntrustedProgram if not."""
+    return _trusted(path, what, executable=True)
+
+
+def trusted_source(path: str | os.PathLike[str], what: str = "source") -> str:
+    """The same rule for a file a trusted interpreter runs (a script named by path): its real path."""
+    return _trusted(path, what, executable=False)
+
+
+def _trusted(path: str | os.PathLike[str], what: str, *, executable: bool) -> str:
     named = os.fspath(path)
     if not os.path.isabs(named):
         raise UntrustedProgram(f"refusing to run {what} {named!r}: not an absolute path", path=named)
@@ -38,7 +47,7 @@ def trusted_program(path: str | os.PathLike[str], what: str = "program") -> str:
         raise UntrustedProgram(str(exc.strerror), path=named) from None  # "PATH: No such file or directory"
     if not stat.S_ISREG(st.st_mode):
         raise UntrustedProgram(f"refusing to run {what}: {real} is not a regular file", path=named)
-    if not st.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH):
+    if executable and not st.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH):
         raise UntrustedProgram(f"refusing to run {what}: {real} is not executable", path=named)
     try:
         judge_file(st, real, what, UntrustedProgram, named)

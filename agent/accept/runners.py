@@ -9,7 +9,6 @@ Nothing here touches a GPU setting.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
@@ -18,8 +17,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from pathlib import Path
 
-from agent.trusted_exec import UntrustedProgram, resolve_command
+from agent.trusted_exec import UntrustedProgram, resolve_command, trusted_program, trusted_source
+from agent.trusted_input import check_folders
 
 TAIL_LINES, TAIL_LINE_CHARS = 5, 300
 
@@ -56,6 +57,7 @@ class CommandLoad(LoadRunner):
             raise LoadError("load could not start: --load command needs the command after --")
         self.argv = list(argv)
         self.env = env
+        self.cwd: str | None = None  # the operator's command starts where accept was started
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -72,10 +74,14 @@ class CommandLoad(LoadRunner):
             program = resolve_command(self.argv[0], search, "load command")
         except UntrustedProgram as exc:
             raise LoadError(f"load could not start: {exc}") from None
+        self.start_checked(program)
+
+    def start_checked(self, program: str) -> None:
+        """Start `program` with argv[1:]: the program has passed agent.trusted_exec's rule."""
         try:
             self.proc = subprocess.Popen(  # the operator's own argv, no shell
                 [program, *self.argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, env=self.env, close_fds=True)
+                start_new_session=True, env=self.env, close_fds=True, cwd=self.cwd)
         except OSError as exc:
             raise LoadError(f"load could not start: {self.argv[0]}: {exc.strerror or exc}") from None
         self.started = time.monotonic()
@@ -134,21 +140,55 @@ class CommandLoad(LoadRunner):
 
 class TorchLoad(CommandLoad):
     """A matrix-multiply burn on every GPU (agent.accept.torch_burn) in a child process, so a CUDA
-    hang or crash is the child's, and stopping it is the same as for any command."""
+    hang or crash is the child's, and stopping it is the same as for any command.
+
+    accept runs as root, so the child imports nothing from where accept was started: the
+    interpreter runs isolated (`-I`: no working folder or script folder on sys.path, no PYTHON*
+    variables, no user site), the burn is named by its absolute path, the working folder is `/`
+    and the environment is rebuilt from nothing (CHILD_ENV). The interpreter is held to the rule
+    for every program root runs (agent.trusted_exec), and so is the burn script's file.
+    """
 
     kind = "torch"
+    # rebuilt, not inherited: LD_PRELOAD, PYTHONPATH, PYTHONSTARTUP, CUDA_VISIBLE_DEVICES (acceptance
+    # burns every GPU) and the rest of the caller's environment stay behind
+    CHILD_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/",
+                 "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    PROBE = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"
 
-    def __init__(self, seconds: float, env: dict[str, str] | None = None) -> None:
-        super().__init__([sys.executable, "-m", "agent.accept.torch_burn", "--seconds", f"{seconds:.0f}"], env)
+    def __init__(self, seconds: float, python: str | None = None) -> None:
+        self.python = python or sys.executable
+        script = Path(__file__).resolve().with_name("torch_burn.py")
+        super().__init__([self.python, "-I", str(script), "--seconds", f"{seconds:.0f}"], dict(self.CHILD_ENV))
+        self.cwd = "/"
 
     def describe(self) -> str:
         return "torch (matrix-multiply burn per GPU)"
 
     def start(self) -> None:
-        if importlib.util.find_spec("torch") is None:
+        try:
+            # a venv's python is a link whose place says which site-packages it sees: it is checked
+            # (with the folder holding the link) and run by that name, not by the link's target
+            trusted_program(self.python, "the Python interpreter for --load torch")
+            check_folders(os.path.dirname(os.path.abspath(self.python)), "the Python interpreter for --load torch",
+                          UntrustedProgram, self.python)
+            trusted_source(self.argv[2], "the built-in burn")
+        except UntrustedProgram as exc:
+            raise LoadError(f"load could not start: {exc}") from None
+        if not self._child_has_torch():
             raise LoadError("load could not start: PyTorch is not installed (pip install 'nodewarden[load]', "
                             "or use --load command -- CMD)")
-        super().start()
+        self.start_checked(self.python)
+
+    def _child_has_torch(self) -> bool:
+        """Whether the isolated child would import torch: asked of the child's own view, not ours
+        (our sys.path may hold the folder accept was started from)."""
+        try:
+            probe = subprocess.run([self.python, "-I", "-c", self.PROBE], env=dict(self.CHILD_ENV), cwd="/",
+                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return probe.returncode == 0
 
 
 def make_runner(kind: str, argv: Sequence[str], seconds: float) -> LoadRunner:

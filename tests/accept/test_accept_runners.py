@@ -90,16 +90,99 @@ def test_torch_runner_without_torch_is_a_clear_message() -> None:
         TorchLoad(10).start()
 
 
-def test_torch_runner_without_cuda_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = tmp_path / "site" / "torch"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("class cuda:\n    @staticmethod\n    def is_available():\n        return False\n")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    load = TorchLoad(10, env={**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"})
+FAKE_TORCH = "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+
+
+@pytest.fixture(scope="module")
+def python_with_fake_torch(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An interpreter (a venv of ours) whose own site-packages holds a torch that sees no CUDA: what
+    the isolated child imports is the interpreter's, so that is where a test's torch must live."""
+    import subprocess
+    import sysconfig
+
+    venv = tmp_path_factory.mktemp("venv-fake-torch")
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    (purelib / "torch").mkdir(parents=True)
+    (purelib / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    return str(venv / "bin" / "python")
+
+
+def test_torch_runner_without_cuda_says_so(python_with_fake_torch: str) -> None:
+    load = TorchLoad(10, python=python_with_fake_torch)
     load.start()
     _wait(lambda: load.ended() is not None)
     why = load.ended() or ""
     assert why.startswith("the load exited with status 3") and why.endswith(": PyTorch sees no CUDA device")
+
+
+def _planted(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder `nobody` owns in a sticky, world-writable one (a /tmp), holding a torch.py and a
+    module named like the stdlib's that the burn imports: each leaves a mark if it ever runs."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    plant = sticky / "work"
+    plant.mkdir()
+    mark = tmp_path / "planted-code-ran"
+    for name in ("torch.py", "argparse.py", "sitecustomize.py"):
+        (plant / name).write_text(f"open({str(mark)!r}, 'a').write({name!r} + '\\n')\n")
+    if os.geteuid() == 0:
+        for path in (plant, *plant.iterdir()):
+            os.chown(path, 65534, 65534)
+    return plant, mark
+
+
+def test_the_burn_never_imports_from_where_accept_was_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              python_with_fake_torch: str) -> None:
+    plant, mark = _planted(tmp_path)
+    monkeypatch.chdir(plant)  # root started accept from there
+    monkeypatch.setenv("PYTHONPATH", str(plant))
+    monkeypatch.setenv("PYTHONSTARTUP", str(plant / "torch.py"))
+    monkeypatch.syspath_prepend(str(plant))  # and our own sys.path holds it (python -m agent from that folder)
+    # the interpreter nodewarden runs in has no torch: refused by what the child would see, not by our sys.path
+    with pytest.raises(LoadError, match="PyTorch is not installed"):
+        TorchLoad(5).start()
+    # one that has torch runs the burn, and only its own torch is imported
+    load = TorchLoad(5, python=python_with_fake_torch)
+    load.start()
+    _wait(lambda: load.ended() is not None)
+    assert (load.ended() or "").endswith(": PyTorch sees no CUDA device")
+    assert not mark.exists(), f"planted code ran as uid {os.geteuid()}: {mark.read_text()!r}"
+    assert load.proc is not None and load.proc.args[1] == "-I" and os.path.isabs(load.proc.args[2])
+
+
+def test_the_burn_child_starts_in_slash_with_a_clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 python_with_fake_torch: str) -> None:
+    fake_site = Path(python_with_fake_torch).parent.parent
+    report = tmp_path / "child.json"
+    (fake_site / "sitecustomize.py").write_text(  # runs first in the child: say where it started and with what
+        f"import json, os\njson.dump({{'cwd': os.getcwd(), 'env': dict(os.environ)}}, open({str(report)!r}, 'w'))\n")
+    purelib = next(fake_site.glob("lib/python*/site-packages"))
+    (fake_site / "sitecustomize.py").rename(purelib / "sitecustomize.py")
+    monkeypatch.setenv("LD_PRELOAD", "/nonexistent/evil.so")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.chdir(tmp_path)
+    try:
+        load = TorchLoad(5, python=python_with_fake_torch)
+        load.start()
+        _wait(lambda: load.ended() is not None)
+    finally:
+        (purelib / "sitecustomize.py").unlink()
+    seen = json.loads(report.read_text())
+    assert seen["cwd"] == "/"
+    assert not {"LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"} & set(seen["env"]), seen["env"]
+    assert seen["env"]["PATH"].split(":") == [d for d in seen["env"]["PATH"].split(":") if d.startswith("/")]
+
+
+def test_an_interpreter_others_can_change_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    link = shared / "python"
+    link.symlink_to(os.path.realpath(PY))
+    with pytest.raises(LoadError, match=r"load could not start: .*Python interpreter for --load torch"):
+        TorchLoad(5, python=str(link)).start()
 
 
 # --- whole runs over a recorded node (idle GPUs: utilization 0) -----------------------------------------
