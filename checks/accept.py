@@ -10,6 +10,8 @@ event, NVML saying the GPU is lost. A missing reading is `skip` or `unknown`, ne
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.accept.recording import FORBIDDEN_EVENTS, GpuTrack, Recording, Steady, bmc_median, steady, thermal_resistance
 from agent.expect import Expectation
 from agent.facts import NodeFacts
@@ -66,8 +68,14 @@ PSU = _check("accept.psu", "PSU input and redundancy under load", "psu_input_rat
              action="check_power_delivery", source="crosscheck")
 ERRORS = _check("accept.errors", "No new GPU errors during the run", "new_errors",
                 "New Xid events, ECC, NVLink and PCIe replay counts during the run (max: 0).",
-                "NVML Xid events, volatile ECC, NVLink error and PCIe replay counter deltas, GPU lost (fallen off "
-                "the bus)", action="reset_gpu")
+                "NVML Xid events, volatile ECC, NVLink error and PCIe replay counter deltas",
+                action="reset_gpu")
+GPU_LOST = Check("accept.gpu.lost", "Every GPU the node has was read from start to end", source="nvml",
+                 action="drain",
+                 evidence="NVML's device count and each GPU's reads at the start, every sample and the end; the NVIDIA "
+                          "GPUs on PCI by address at the start and the end; the board's GPU count from the profile "
+                          "where the evidence shows the whole board")
+GPU_LOST.evaluator(_no_recording)
 
 
 def _exp(profile: Profile, key: str) -> Expectation | None:
@@ -83,6 +91,7 @@ def judge(recording: Recording, profile: Profile) -> list[Finding]:
     findings = _load(recording, profile)
     window = recording.steady_window()
     live = [g for g in recording.gpus if g.lost is None]
+    findings += gpu_inventory(recording)
     findings += _errors(recording, profile)
     if window is None:
         return findings  # no steady state: the load finding says why; nothing else can be judged
@@ -283,12 +292,7 @@ def _errors(recording: Recording, profile: Profile) -> list[Finding]:
     for gpu in recording.gpus:
         label = gpu.label
         if gpu.lost is not None:
-            out.append(ERRORS.finding(label, Status.FAIL, Severity.CRITICAL,
-                                      f"{label} ({gpu.uuid}) was lost at t={gpu.lost_at or 0:.1f} s "
-                                      f"({_phase_at(recording, gpu.lost_at)}): {gpu.lost}",
-                                      observed={"lost": gpu.lost, "at_s": gpu.lost_at}, expected="present",
-                                      reason=exp.reason))
-            continue
+            continue  # no counters after it was lost: accept.gpu.lost says so
         moved: dict[str, int] = {}
         for key, name in _COUNTER_NAMES.items():
             start, end = gpu.counters_start.get(key), gpu.counters_end.get(key)
@@ -315,3 +319,101 @@ def _phase_at(recording: Recording, t: float | None) -> str:
             return f"during {name}"
     return "after the phases"
 
+
+
+# --- accept.gpu.lost: the GPUs the node has, at the start and the end -------------------------------------
+
+
+def gpu_inventory(recording: Recording) -> list[Finding]:
+    """A GPU the node has but NVML cannot read, that left NVML or PCI during the run, or a full board
+    NVML counts short of: each a critical failure on positive evidence (NVML counting it, PCI listing
+    it, the board's size where the board is shown whole). What cannot be compared is said, not failed."""
+    start, end = recording.inventory.get("start"), recording.inventory.get("end") or {}
+    if start is None:
+        return [GPU_LOST.finding("node", Status.UNKNOWN, Severity.WARNING,
+                                 "no GPU inventory in this recording: whether every GPU was read cannot be told")]
+    out: list[Finding] = []
+    for gpu in recording.gpus:
+        if gpu.lost is not None:
+            out.append(GPU_LOST.finding(gpu.label, Status.FAIL, Severity.CRITICAL,
+                                        f"{gpu.label} ({gpu.uuid}) was lost at t={gpu.lost_at or 0:.1f} s "
+                                        f"({_phase_at(recording, gpu.lost_at)}): {gpu.lost}",
+                                        observed={"lost": gpu.lost, "at_s": gpu.lost_at}, expected="present",
+                                        reason=_LOST_REASON))
+    told = {f.subject for f in out}
+    for when, part in (("start", start), ("end", end)):
+        for gpu_doc in part.get("unreadable") or []:
+            subject = str(gpu_doc.get("gpu"))
+            if subject in told:
+                continue
+            told.add(subject)
+            bus = f" ({gpu_doc['pci_bus_id']})" if gpu_doc.get("pci_bus_id") else ""
+            out.append(GPU_LOST.finding(subject, Status.FAIL, Severity.CRITICAL,
+                                        f"{subject}{bus} is counted by NVML but could not be read at the {when} of "
+                                        f"the run: {gpu_doc.get('why')}", observed={"unreadable_at": when,
+                                                                                    "why": gpu_doc.get("why")},
+                                        expected="readable", reason=_LOST_REASON))
+    views, cannot = _compare_views(recording, start, end, out)
+    if any(f.status is Status.FAIL for f in out):
+        return out
+    if not views:
+        out.append(GPU_LOST.finding("node", Status.UNKNOWN, Severity.WARNING,
+                                    f"{len(recording.gpus)} GPU(s) read at the start and the end, but whether the "
+                                    f"node has more cannot be told: {'; '.join(cannot)}", observed=len(recording.gpus)))
+        return out
+    out.append(GPU_LOST.finding("node", Status.PASS, Severity.CRITICAL,
+                                f"all {len(recording.gpus)} GPU(s) read at the start and the end ({'; '.join(views)})",
+                                observed=len(recording.gpus)))
+    return out
+
+
+_LOST_REASON = "A GPU the node has but cannot read is unusable: the node cannot be accepted (drain, reset or RMA)"
+
+
+def _compare_views(recording: Recording, start: dict[str, Any], end: dict[str, Any],
+                   out: list[Finding]) -> tuple[list[str], list[str]]:
+    """Append failures from NVML's count, PCI and the board's size; (what agreed, what could not be compared)."""
+    views: list[str] = []
+    cannot: list[str] = []
+    count_start, count_end = start.get("nvml_count"), end.get("nvml_count")
+    if isinstance(count_start, int) and isinstance(count_end, int) and count_end < count_start:
+        out.append(GPU_LOST.finding("node", Status.FAIL, Severity.CRITICAL,
+                                    f"NVML counted {count_start} GPU(s) at the start and {count_end} at the end",
+                                    observed=count_end, expected=count_start, reason=_LOST_REASON))
+    board, full = start.get("board_gpus"), start.get("board_full")
+    if isinstance(board, int) and isinstance(count_start, int) and full is True:
+        if count_start < board:
+            out.append(GPU_LOST.finding("node", Status.FAIL, Severity.CRITICAL,
+                                        f"NVML counts {count_start} of the board's {board} GPUs "
+                                        f"({start.get('board_why')})",
+                                        observed=count_start, expected=board, reason=_LOST_REASON))
+        else:
+            views.append(f"NVML counts {count_start}, the board has {board}")
+    elif isinstance(board, int):
+        cannot.append(f"the board's {board} GPUs not compared: {start.get('board_why') or 'a partial view'}")
+    else:
+        cannot.append("the profile names no board size")
+    readable = {g.pci_bus_id for g in recording.gpus if g.pci_bus_id}
+    unreadable = {str(u.get("pci_bus_id")) for part in (start, end) for u in (part.get("unreadable") or [])
+                  if isinstance(u, dict) and u.get("pci_bus_id")}
+    pci_start, pci_end = start.get("pci"), end.get("pci")
+    if not isinstance(pci_start, list):
+        cannot.append(f"PCI not read ({start.get('pci_error') or 'no host view'})")
+    elif not pci_start or not readable <= set(pci_start):
+        # a container's or a simulated NVML's GPUs are not this PCI's: it is no evidence either way
+        cannot.append(f"PCI lists {len(pci_start)} NVIDIA GPU(s), not the ones NVML reads: not compared")
+    else:
+        missing = sorted(set(pci_start) - readable - unreadable)
+        if missing:
+            out.append(GPU_LOST.finding("pci", Status.FAIL, Severity.CRITICAL,
+                                        f"{len(missing)} NVIDIA GPU(s) on PCI that NVML does not list: "
+                                        f"{', '.join(missing)}", observed=missing, expected="listed by NVML",
+                                        reason=_LOST_REASON))
+        gone = sorted(set(pci_start) - set(pci_end)) if isinstance(pci_end, list) else []
+        if gone:
+            out.append(GPU_LOST.finding("pci", Status.FAIL, Severity.CRITICAL,
+                                        f"{len(gone)} NVIDIA GPU(s) left PCI during the run: {', '.join(gone)}",
+                                        observed=gone, expected="on PCI at the end", reason=_LOST_REASON))
+        views.append(f"PCI lists the same {len(pci_start)}" + ("" if isinstance(pci_end, list) else
+                                                             ", PCI not read again at the end"))
+    return views, cannot

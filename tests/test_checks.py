@@ -27,6 +27,7 @@ EXPECTED_IDS = {
     "host.secureboot", "host.swap",
     "accept.load", "accept.power", "accept.temperature.spread", "accept.thermal.resistance", "accept.thermal.siblings",
     "accept.clocks.events", "accept.clocks.sm", "accept.memory.temperature", "accept.psu", "accept.errors",
+    "accept.gpu.lost",
     "accept.drift",
     "host.driver.version", "host.modules", "host.gpu.pci_count", "profile.match", "source.available",
     "gpu.count", "gpu.lost", "gpu.ecc.mode", "gpu.ecc.uncorrected", "gpu.ecc.corrected", "gpu.retired_pages",

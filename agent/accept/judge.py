@@ -15,7 +15,9 @@ from agent.accept.recording import Recording
 from agent.accept.request import AcceptRequest
 from agent.accept.sampler import Sampler
 from agent.engine import AuditRequest, choose_profile
-from agent.model import SourceStatus
+from agent.facts import NodeFacts
+from agent.matching import board_fit
+from agent.model import SourceStatus, Unknown
 from agent.profiles import Profile, ProfileStore
 from agent.report.model import Report
 from agent.waivers import apply_waivers, load_waivers
@@ -37,9 +39,34 @@ def choose(request: AcceptRequest, sampler: Sampler) -> tuple[Profile, dict[str,
     nvml = sampler.first
     assert nvml is not None, "the sampler read NVML before a profile is chosen"
     profile = choose_profile(audit, store, host, nvml)[0]
+    start = sampler.recording.inventory.setdefault("start", {})
+    start.update(pci_view(host.nvidia_gpus))
+    size = profile.section("board").get("gpus")
+    if isinstance(size, int) and not isinstance(size, bool):
+        fit = board_fit(profile, NodeFacts(host=host, kmsg=(), nvml=nvml))
+        start.update(board_gpus=size, board_full=fit.full, board_why=fit.why[:500])
     info = node_info(host, node)
     info["gpus"] = {**info["gpus"], "nvml_count": len(sampler.recording.gpus)}
     return profile, info, node
+
+
+def pci_view(gpus: Any) -> dict[str, Any]:
+    """The NVIDIA GPUs on PCI, by address, for the inventory (`pci`: None with `pci_error` when unread)."""
+    if isinstance(gpus, Unknown):
+        return {"pci": None, "pci_error": gpus.reason[:300]}
+    return {"pci": sorted(str(g.address) for g in gpus)[:128]}
+
+
+def end_pci(source: Any, recording: Recording) -> None:
+    """PCI read again at the end of the run: a GPU that left the bus under load is gone from it."""
+    from agent.sources.host import read_pci
+
+    fs = getattr(source, "fs", None)
+    if fs is None:
+        return
+    pci = read_pci(fs)
+    gpus = pci if isinstance(pci, Unknown) else tuple(f for f in pci if f.is_nvidia_gpu)
+    recording.inventory.setdefault("end", {}).update(pci_view(gpus))
 
 
 def report_for(request: AcceptRequest, recording: Recording, profile: Profile, node: dict[str, Any],

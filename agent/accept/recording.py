@@ -80,6 +80,10 @@ class Recording:
     xid_source: str = "none"
     finished_at: str | None = None
     notes: list[str] = field(default_factory=list)
+    # what the node had at the start and the end, beside what was sampled: {"start"|"end": {nvml_count,
+    # unreadable: [{gpu, pci_bus_id, why}], pci: [bus ids] | None, pci_error, board_gpus, board_full,
+    # board_why, error}} (checks.accept's accept.gpu.lost judges it)
+    inventory: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def steady_window(self) -> tuple[float, float] | None:
         window = self.phases.get("steady")
@@ -219,6 +223,50 @@ def _load(doc: Any) -> dict[str, Any]:
     return out
 
 
+def _bus_ids(value: Any, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_GPUS * 2 or not all(isinstance(v, str) for v in value):
+        raise RecordingError(f"{what}: expected a short list of PCI addresses")
+    return [v[:64] for v in value]
+
+
+def _count(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 4096:
+        raise RecordingError(f"{what}: expected a GPU count")
+    return value
+
+
+def _inventory(doc: Any) -> dict[str, dict[str, Any]]:
+    if doc is None:
+        return {}  # a recording from before the inventory was kept
+    if not isinstance(doc, Mapping):
+        raise RecordingError("inventory: expected an object")
+    out: dict[str, dict[str, Any]] = {}
+    for when in ("start", "end"):
+        part = doc.get(when)
+        if part is None:
+            continue
+        if not isinstance(part, Mapping):
+            raise RecordingError(f"inventory.{when}: expected an object")
+        unreadable = part.get("unreadable", [])
+        if not isinstance(unreadable, list) or len(unreadable) > MAX_GPUS:
+            raise RecordingError(f"inventory.{when}.unreadable: expected a short list")
+        board_full = part.get("board_full")
+        out[when] = {
+            "nvml_count": _count(part.get("nvml_count"), f"inventory.{when}.nvml_count"),
+            "unreadable": [{"gpu": _text(u.get("gpu")) or "gpu?", "pci_bus_id": _text(u.get("pci_bus_id")),
+                            "why": _text(u.get("why")) or "unreadable"} for u in unreadable if isinstance(u, Mapping)],
+            "pci": _bus_ids(part.get("pci"), f"inventory.{when}.pci"),
+            "pci_error": _text(part.get("pci_error")),
+            "board_gpus": _count(part.get("board_gpus"), f"inventory.{when}.board_gpus"),
+            "board_full": board_full if isinstance(board_full, bool) else None,
+            "board_why": _text(part.get("board_why")), "error": _text(part.get("error"))}
+    return out
+
+
 def from_json(doc: Any) -> Recording:
     """A stored recording, checked; RecordingError names what is wrong."""
     if not isinstance(doc, Mapping) or doc.get("schema") != SCHEMA:
@@ -246,4 +294,5 @@ def from_json(doc: Any) -> Recording:
               for x in xids if isinstance(x, Mapping) and isinstance(x.get("code"), int)],
         xid_source=_text(doc.get("xid_source")) or "none", finished_at=_text(doc.get("finished_at")),
         notes=[n[:MAX_TEXT] for n in doc.get("notes", []) if isinstance(n, str)][:100]
-        if isinstance(doc.get("notes"), list) else [])
+        if isinstance(doc.get("notes"), list) else [],
+        inventory=_inventory(doc.get("inventory")))

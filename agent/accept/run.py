@@ -188,7 +188,7 @@ def _not_passed(store: AcceptStore, run_id: str, why: str) -> None:
 
 
 def run_accept(request: AcceptRequest) -> AcceptOutcome:
-    from agent.accept.judge import choose, report_for  # the profile store and checks: after usage checks
+    from agent.accept.judge import choose, end_pci, report_for  # the profile store and checks: after usage checks
 
     request.validate()
     started = dt.datetime.now(dt.timezone.utc)
@@ -210,9 +210,12 @@ def run_accept(request: AcceptRequest) -> AcceptOutcome:
         recording.profile, recording.hostname = profile.name, node.get("hostname")
         bmc = BmcPoller(request.bmc, request.bmc_interval_s, recording, source) if request.bmc.configured else None
         xids = KernelLogXids(source) if recording.xid_source != "nvml events" else None
+        run = _Run(request, recording, sampler, runner, _busy_pct(profile), bmc)
         try:
-            _Run(request, recording, sampler, runner, _busy_pct(profile), bmc).run()
+            run.run()
         finally:
+            sampler.finish(run.now())  # what NVML counts once the run is over
+            end_pci(source, recording)
             if bmc is not None:
                 bmc.close()
             if xids is not None:

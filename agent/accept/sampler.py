@@ -61,19 +61,50 @@ class Sampler:
             return facts.reason
         self.first = facts
         self.recording.driver = _text(facts.driver_version)
+        unreadable = []
         for gpu in facts.gpus:
             if not isinstance(gpu.uuid, str):
-                self.recording.notes.append(f"{gpu.label}: no UUID at the start ({gpu.lost or 'unreadable'}); "
-                                            "not recorded")
+                # counted by NVML, not readable: no series can be kept, and accept.gpu.lost fails the run
+                unreadable.append({"gpu": f"gpu{gpu.index}", "pci_bus_id": _text(gpu.pci_bus_id),
+                                   "why": str(gpu.lost or "no UUID from NVML")[:300]})
                 continue
             track = GpuTrack(uuid=gpu.uuid, index=gpu.index, name=_text(gpu.name), serial=_text(gpu.serial),
                              pci_bus_id=_text(gpu.pci_bus_id), vbios=_text(gpu.vbios),
                              default_limit_w=_num(gpu.default_limit_w), memory_max_c=_int(gpu.memory_max_c),
                              counters_start=counters(gpu))
+            if gpu.lost is not None:
+                self._lost(track, 0.0, f"lost at the start: {gpu.lost}")
             self.by_index[gpu.index] = track
             self.recording.gpus.append(track)
+        self.recording.inventory["start"] = {"nvml_count": _int(facts.device_count), "unreadable": unreadable,
+                                             "error": _text(facts.incomplete)}
         self._statics_from_binding()
         return None
+
+    def finish(self, t: float) -> None:
+        """The end of the run: one more read, so a GPU that left (or stopped answering) during cool-down
+        is seen, and the inventory's `end` says what NVML counted then."""
+        facts = self._read()
+        if isinstance(facts, Unknown):
+            self.recording.inventory["end"] = {"error": f"NVML could not be read at the end: {facts.reason}"[:300]}
+            return
+        unreadable = []
+        seen = set()
+        for gpu in facts.gpus:
+            track = self.by_index.get(gpu.index)
+            if gpu.lost is not None or not isinstance(gpu.uuid, str):
+                why = str(gpu.lost or "no UUID from NVML")[:300]
+                unreadable.append({"gpu": f"gpu{gpu.index}", "pci_bus_id": _text(gpu.pci_bus_id), "why": why})
+                if track is not None:
+                    self._lost(track, t, why)
+            elif track is not None and gpu.uuid != track.uuid:
+                self._lost(track, t, f"index {gpu.index} is now {gpu.uuid}")
+            seen.add(gpu.index)
+        for index, track in self.by_index.items():
+            if index not in seen:
+                self._lost(track, t, "no longer counted by NVML")
+        self.recording.inventory["end"] = {"nvml_count": _int(facts.device_count), "unreadable": unreadable,
+                                           "error": _text(facts.incomplete)}
 
     def _read(self) -> NvmlFacts | Unknown:
         import time

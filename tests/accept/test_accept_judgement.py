@@ -145,7 +145,10 @@ def test_long_runs_are_thinned_for_the_picture() -> None:
 
 def test_accept_checks_are_registered_with_profile_fragments_and_say_nothing_in_an_audit() -> None:
     accept = [c for c in all_checks() if c.id.startswith("accept.")]
-    assert len(accept) == 11 and all(c.schema is not None and c.expect_path[0] == "accept" for c in accept)
+    # a lost GPU is no matter of threshold: accept.gpu.lost has no profile key, every other one has
+    with_threshold = [c for c in accept if c.id != "accept.gpu.lost"]
+    assert len(accept) == 12 and all(c.schema is not None and c.expect_path[0] == "accept" for c in with_threshold)
+    assert not next(c for c in accept if c.id == "accept.gpu.lost").expect_path
     assert all(c.evaluate is not None and c.evaluate(None, PROFILE) == [] for c in accept)  # type: ignore[arg-type]
     assert PROFILE.expectation("accept", "thermal_resistance_c_per_w") is not None
 

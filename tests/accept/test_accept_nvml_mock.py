@@ -43,6 +43,8 @@ def test_healthy_node_is_accepted_and_becomes_the_baseline(tmp_path: Path) -> No
     assert power["gpu0"]["observed"]["enforced_limit_w"] == 700.0
     assert findings(report, "accept.load")["node"]["status"] == "pass"
     assert findings(report, "accept.errors", "pass").keys() == power.keys()
+    inventory = findings(report, "accept.gpu.lost")["node"]  # the mock's GPUs are not this host's PCI: not compared
+    assert inventory["status"] == "pass" and "NVML counts 8, the board has 8" in inventory["message"]
     assert report["acceptance"]["became_baseline"] is True
     assert report["acceptance"]["xid_source"] == "nvml events"
     last = json.loads((tmp_path / "state" / "accept" / "last.json").read_text())
@@ -100,11 +102,26 @@ def test_gpu_falling_off_the_bus_mid_run_is_a_critical_finding(tmp_path: Path) -
     device(doc, 6)["failure"] = {"mode": "fallen_off_bus", "after_calls": 400}
     code, report = run_accept(tmp_path, write(tmp_path / "mock.yaml", doc))
     assert code == 1
-    assert failed(report) == {("accept.errors", "gpu6")}
-    finding = findings(report, "accept.errors")["gpu6"]
+    assert failed(report) == {("accept.gpu.lost", "gpu6")}
+    finding = findings(report, "accept.gpu.lost")["gpu6"]
     assert finding["severity"] == "critical" and "lost" in finding["message"]
     assert finding["observed"]["at_s"] > report["acceptance"]["phases"]["idle"][1]  # under load, not at start
     assert "gpu6" not in findings(report, "accept.power")  # no readings after it is lost: not judged
+
+
+def test_a_gpu_off_the_bus_from_the_start_fails_acceptance_and_is_never_the_baseline(tmp_path: Path) -> None:
+    doc = base_config()
+    device(doc, 7)["failure"] = {"mode": "fallen_off_bus"}  # lost before the first read: NVML counts 8, reads 7
+    code, report = run_accept(tmp_path, write(tmp_path / "mock.yaml", doc))
+    assert code == 1
+    assert failed(report) == {("accept.gpu.lost", "gpu7")}
+    finding = findings(report, "accept.gpu.lost")["gpu7"]
+    assert finding["severity"] == "critical" and "could not be read at the start" in finding["message"]
+    assert "fallen off the bus" in finding["message"]
+    assert report["acceptance"]["passed"] is False and report["acceptance"]["became_baseline"] is False
+    accept_dir = tmp_path / "state" / "accept"
+    assert not (accept_dir / "baseline.json").exists()
+    assert json.loads((accept_dir / "last.json").read_text())["passed"] is False
 
 
 def test_second_run_with_one_gpu_degraded_drifts_from_the_baseline(tmp_path: Path) -> None:
