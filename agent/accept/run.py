@@ -50,7 +50,8 @@ class AcceptOutcome:
 
 
 class _Stop:
-    """SIGINT/SIGTERM during the run: a flag the phase loop waits on (so a signal ends a wait at once)."""
+    """SIGINT/SIGTERM/SIGHUP (the end of an ssh session) during the run: a flag the phase loop waits on
+    (so a signal ends a wait at once)."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -66,7 +67,7 @@ def _signals(stop: _Stop) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # tests drive runs from a thread; signals only reach the main one
         return
-    old = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
@@ -210,6 +211,11 @@ def run_accept(request: AcceptRequest) -> AcceptOutcome:
         recording.profile, recording.hostname = profile.name, node.get("hostname")
         bmc = BmcPoller(request.bmc, request.bmc_interval_s, recording, source) if request.bmc.configured else None
         xids = KernelLogXids(source) if recording.xid_source != "nvml events" else None
+        # until the run ends this is what the scheduler reads: a run killed outright (SIGKILL, the OOM
+        # killer) leaves "in progress", never an older pass
+        store.save_last({"passed": False, "in_progress": True, "started_at": recording.started_at,
+                         "finished_at": recording.started_at, "run": run_id, "pid": os.getpid(),
+                         "error": "an acceptance run started and has not finished"})
         run = _Run(request, recording, sampler, runner, _busy_pct(profile), bmc)
         try:
             run.run()
@@ -236,7 +242,8 @@ def run_accept(request: AcceptRequest) -> AcceptOutcome:
         store.save_baseline(recording)
         baseline = recording
     drift = sorted({f.subject for f in report.findings if f.check == "accept.drift" and f.status is Status.FAIL})
-    last = store.save_last({"passed": passed, "finished_at": recording.finished_at,
+    interrupted = run.stop.signal
+    last = store.save_last({"passed": passed, "finished_at": recording.finished_at, "interrupted": interrupted,
                             "baseline": baseline.run_id if baseline is not None else None, "run": run_id,
                             "profile": profile.name, "drift": drift})
     report.extra["acceptance"] = {"run": run_id, "passed": passed, "baseline": baseline.run_id if baseline else None,

@@ -4,7 +4,8 @@
 * baseline.json     the recording drift is measured against: the first passing run, or the run
                     given `--new-baseline` (a passing one); its `run_id` is the baseline's id;
 * last.json         what the scheduler's health-check reads, written at the end of every run:
-                    {"passed", "finished_at", "baseline", "run", "drift"}.
+                    {"passed", "finished_at", "baseline", "run", "drift", "interrupted"}; while a run
+                    goes on, {"passed": false, "in_progress": true, "pid", ...} (a killed run leaves that).
 
 Every file read back is bounded (agent.jsonfile) and checked (recording.from_json): the folder is
 root's (fsutil.trusted_dir refuses one others can write) but its content is still not trusted.

@@ -147,22 +147,25 @@ def test_second_run_with_one_gpu_degraded_drifts_from_the_baseline(tmp_path: Pat
     assert last == {**last, "passed": False, "baseline": first["acceptance"]["run"], "drift": ["gpu1"]}
 
 
-def test_sigterm_stops_the_load_and_still_writes_the_result(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_stops_the_load_and_still_writes_the_result(tmp_path: Path, sig: signal.Signals) -> None:
     pids = tmp_path / "load.pid"
     script = f"import os, time; open({str(pids)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
     proc = start_accept(tmp_path, write(tmp_path / "mock.yaml", base_config()), "--load", "command", "--",
                         sys.executable, "-c", script)
     wait_for(pids.exists)
     time.sleep(3.0)  # into steady
-    proc.send_signal(signal.SIGTERM)
+    during = json.loads((tmp_path / "state" / "accept" / "last.json").read_text())
+    assert during["passed"] is False and during["in_progress"] is True and during["pid"] == proc.pid
+    proc.send_signal(sig)
     code, report = finish(proc, timeout_s=60)
     assert code == 1
     load = findings(report, "accept.load")["node"]
-    assert load["status"] == "fail" and "interrupted by SIGTERM" in load["message"]
+    assert load["status"] == "fail" and f"interrupted by {sig.name}" in load["message"]
     assert report["acceptance"]["load"]["stopped"] == "stopped with SIGTERM"
     assert not Path(f"/proc/{pids.read_text()}").exists()
     last = json.loads((tmp_path / "state" / "accept" / "last.json").read_text())
-    assert last["passed"] is False
+    assert last["passed"] is False and last["interrupted"] == sig.name and "in_progress" not in last
 
 
 def test_with_a_bmc_inlet_gives_thermal_resistance_and_psu_cross_check(tmp_path: Path) -> None:
