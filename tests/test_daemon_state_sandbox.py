@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,10 +32,13 @@ OTHER_UID = 61235
 # The unit's sandbox as systemd builds it (ProtectSystem=strict; StateDirectory= with DynamicUser=yes:
 # the 0700 private/ overmounted by a 0755 tmpfs holding only the unit's own folders, bound writable),
 # then the daemon's writer as the dynamic user. Values come as arguments, never inside the script.
+# The code and its libraries are bound in first: a checkout below root's 0700 folder (CI's fresh clone)
+# is as unreadable to a dynamic user as it would be under systemd, where the package lives in /usr.
 SANDBOX = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && mount --bind "$2" "$1/hold" && '
+           'mount --bind "$7" "$1/code" && mount --bind "$8" "$1/site" && '
            'mount -t tmpfs -o mode=0755 tmpfs "$1/private" && mkdir -p "$2" && mount --bind "$1/hold" "$2" && '
            'mount -o remount,bind,rw "$2" && mount -o remount,ro "$1/private" && '
-           'exec setpriv --reuid "$3" --regid "$3" --clear-groups "$4" -c "$5" "$6"')
+           'PYTHONPATH="$1/code:$1/site" exec setpriv --reuid "$3" --regid "$3" --clear-groups "$4" -c "$5" "$6"')
 WRITER = """
 import json, sys, time
 from pathlib import Path
@@ -59,6 +63,8 @@ def layout(top: Path, *, nodewarden_owner: int = 0, daemon_mode: int = 0o755) ->
     state.mkdir(0o755)
     (top / "hold").mkdir(0o700)  # where the sandbox keeps the real folder while private/ is covered
     (top / "private").mkdir(0o700)
+    for mount_point in ("code", "site"):  # where the sandbox binds the checkout and its libraries
+        (top / mount_point).mkdir(0o755, exist_ok=True)
     (top / "private" / "nodewarden").mkdir(0o755)
     os.chown(top / "private" / "nodewarden", nodewarden_owner, nodewarden_owner)
     real = top / "private" / "nodewarden" / "daemon"
@@ -91,8 +97,9 @@ def test_the_daemon_writes_in_the_units_sandbox_and_root_answers_from_it(top: Pa
     state, real = layout(top)
     write_decision(state, {"at": 1234.0, "action": "none", "verdict": "OK", "node": "n1", "why": "healthy"})
     proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", SANDBOX, "sandbox",
-                           str(top), str(real), str(DYNAMIC_UID), sys.executable, WRITER, str(state)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+                           str(top), str(real), str(DYNAMIC_UID), os.path.realpath(sys.executable), WRITER,
+                           str(state), str(REPO), sysconfig.get_paths()["purelib"]],
+                          capture_output=True, text=True, timeout=120, cwd="/", check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["old_place"] == "Read-only file system"  # the sandbox is real: scheduler/ cannot be written

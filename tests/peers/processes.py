@@ -8,7 +8,9 @@ that end otherwise, `stop_all` runs at interpreter exit (atexit), at the end of 
 (tests/conftest.py) and on SIGTERM and SIGHUP (a `timeout`, a closed terminal), after which the
 signal does what it did before. Ctrl-C (SIGINT) becomes KeyboardInterrupt: pytest tears the
 fixtures down, and atexit catches what is left. Only the processes started here are signalled,
-each by its own process group, never by name.
+each by its own process group, never by name. The handlers are Python's, run by the main thread
+between bytecodes: a test blocked in one long system call (a 300 s `time.sleep`) may see a signal
+that landed just before the call only when the call returns, so waits in tests are kept short.
 """
 
 from __future__ import annotations
