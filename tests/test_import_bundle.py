@@ -243,16 +243,18 @@ def test_hundred_thousand_members_refused(tmp_path: Path) -> None:
     assert summary.captured == ["kmsg"]
 
 
-def test_corrupt_gzip_next_to_a_good_file(tmp_path: Path, run_cli: RunCli) -> None:
+def test_corrupt_gzip_next_to_a_good_file_writes_nothing(tmp_path: Path, run_cli: RunCli) -> None:
+    # Issue 36.1: a truncated input is exit 2 with nothing written; left out, the rest imports.
     bad = tmp_path / "dmesg.log.gz"
     bad.write_bytes(gzip.compress(REAL["dmesg-iso"].read_bytes())[:3000])  # truncated
     out = tmp_path / "snap"
     result = run_cli("snapshot", "import", str(bad), str(REAL["nvidia-smi"]), "--out", str(out))
+    assert result.code == 2, result.stderr
+    assert f"nothing written: {bad}: corrupt or truncated gz archive" in result.stderr
+    assert "at its end, byte 3000" in result.stderr and not out.exists()
+    result = run_cli("snapshot", "import", str(REAL["nvidia-smi"]), "--out", str(out))
     assert result.code == 0, result.stderr
-    assert f"error: {bad}" in result.stderr
-    meta = _meta(out)
-    assert meta["captured"] == ["nvml"]
-    assert "corrupt or truncated" in meta["inputs"][0]["error"]
+    assert _meta(out)["captured"] == ["nvml"]
     _audit(run_cli, out)
 
 

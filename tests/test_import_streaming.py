@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.errors import SnapshotError
 from agent.importers import bundle
 from agent.importers.base import MAX_KMSG_LINES, Builder, Contribution, run_importer
 from agent.importers.bug_report import SEPARATOR
@@ -155,9 +156,9 @@ def test_a_corrupt_streamed_gzip_is_an_error_of_the_archive(tmp_path: Path, smal
     whole = gzip.compress(_dmesg(100_000), 1)
     (tmp_path / "dmesg.log.gz").write_bytes(whole[:len(whole) // 2])  # truncated
     (tmp_path / "nvidia-smi.txt").write_bytes(NVSMI.read_bytes())
-    meta = _import([tmp_path / "dmesg.log.gz", tmp_path / "nvidia-smi.txt"], tmp_path / "snap")
-    assert meta["captured"] == ["nvml"]
-    assert "corrupt or truncated" in meta["inputs"][0]["error"]
+    with pytest.raises(SnapshotError, match=r"nothing written: .*dmesg\.log\.gz: corrupt or truncated gz archive"):
+        import_inputs([tmp_path / "dmesg.log.gz", tmp_path / "nvidia-smi.txt"], tmp_path / "snap")
+    assert not (tmp_path / "snap").exists()  # issue 36.1: never imported in part
 
 
 def test_section_reader_splits_as_split_sections() -> None:

@@ -335,9 +335,12 @@ def extract_archive(path: Path) -> Path:
     atexit.register(shutil.rmtree, work, True)
     _exit_on_terminate()
     prefix = f"{path}:"
+    archives = []  # an archive's error is known only once it was read to its end (or was not)
     for entry in with_progress(Reader().read_paths([path]), f"unpacking {path.name}"):
         if entry.error and entry.name == str(path):
             raise SnapshotError(f"not a snapshot archive: {entry.error}", path=str(path))
+        if entry.kind and entry.kind.endswith("archive"):
+            archives.append(entry)
         if entry.error:
             raise SnapshotError(f"refused: {entry.name.removeprefix(prefix)}: {entry.error}", path=str(path))
         if entry.data is None or not entry.name.startswith(prefix):
@@ -350,6 +353,11 @@ def extract_archive(path: Path) -> Path:
             kind = EnvironmentFault if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else SnapshotError
             raise kind(f"cannot unpack {entry.name.removeprefix(prefix)} into {work.parent}: "
                        f"{exc.strerror or exc}", path=str(path)) from None
+    for entry in archives:  # never audited in part: a snapshot is judged whole or not at all
+        if entry.error:
+            where = "" if entry.name == str(path) else f"{entry.name.removeprefix(prefix)}: "
+            raise SnapshotError(f"refused: {where}{entry.error}: an archive that does not read to its end is "
+                                "never audited in part (copy it again)", path=str(path))
     candidates = [work] if (work / "meta.yaml").is_file() else [p for p in work.iterdir()
                                                                  if (p / "meta.yaml").is_file()]
     if len(candidates) != 1:

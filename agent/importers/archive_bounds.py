@@ -9,6 +9,10 @@ by header, in constant memory, and stops one past the cap.
 whatever size its header declares, and follows a run of them by recursion.
 `bounded_tarinfo` is a `TarInfo` class that refuses such a header past `MAX_EXTENDED_HEADER`
 bytes, and a run of more than `MAX_EXTENDED_RUN` of them, from the 512-byte header alone.
+
+`tarfile` also ends quietly where a header should be and the data stops (a tar cut at a 512-byte
+boundary: a failed upload, a partial `scp`), as if the archive ended there. Every tar writer ends
+an archive with zero blocks; the class raises `TarTruncated` for a header cut short or missing.
 """
 
 from __future__ import annotations
@@ -74,6 +78,10 @@ def zip_entry_count(handle: IO[bytes], cap: int) -> int:
     return count
 
 
+class TarTruncated(EOFError):
+    """The tar data stops where a header should be: the archive was cut, not ended."""
+
+
 def bounded_tarinfo() -> type[tarfile.TarInfo]:
     """A TarInfo class (one per archive: it counts a run of extended headers) with the bounds above."""
     run = [0]
@@ -81,6 +89,9 @@ def bounded_tarinfo() -> type[tarfile.TarInfo]:
     class BoundedTarInfo(tarfile.TarInfo):
         @classmethod
         def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Any:  # tarfile types it Self (3.11+)
+            if len(buf) != tarfile.BLOCKSIZE:  # tarfile would take this for the archive's end
+                raise TarTruncated("the tar data ends without its end-of-archive blocks" if not buf else
+                                   f"a tar header cut short ({len(buf)} of {tarfile.BLOCKSIZE} bytes)")
             info = super().frombuf(buf, encoding, errors)
             if info.type not in _EXTENDED:
                 run[0] = 0

@@ -125,6 +125,12 @@ def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = 
                 f"line {exc.line}: {exc.message}")
             continue
         entry.contributed, entry.skipped = result.contributed, entry.skipped + result.skipped
+    broken = [e for e in entries if e.broken]
+    if broken:  # never imported in part: a snapshot built from half an archive would be judged as a whole
+        named = "; ".join(f"{e.name}: {e.error}" for e in broken[:3]) + (
+            f"; and {len(broken) - 3} more" if len(broken) > 3 else "")
+        raise SnapshotError(f"nothing written: {named}: an input that does not read to its end is never "
+                            "imported in part (copy it again, or leave it out)")
     for importer in kinds:  # a kind that sees a group of files (a sos report) judges them once all are read
         finish = getattr(importer, "finish", None)
         if finish is not None:

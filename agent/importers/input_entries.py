@@ -28,6 +28,8 @@ class Entry:
     content: Content | None = field(default=None, repr=False)  # instead of `data`: a large file, streamed
     forced: str | None = None  # --as KIND
     link: str | None = None  # a symlink's target text (never followed); `kind` "symlink" until an importer takes it
+    broken: bool = False  # it did not read to its end (corrupt or truncated): what it gave is part of a whole
+    reading: str | None = field(default=None, repr=False)  # an archive's member being read (where it broke)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "size": self.size, "sha256": self.sha256, "kind": self.kind}
@@ -35,6 +37,8 @@ class Entry:
             out["link"] = self.link
         if self.error:
             out["error"] = self.error
+        if self.broken:
+            out["broken"] = True
         out["contributed"] = self.contributed
         if self.skipped:
             out["skipped"] = self.skipped

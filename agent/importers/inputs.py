@@ -29,8 +29,12 @@ trusted): `MAX_TOTAL` uncompressed bytes over all inputs, `MAX_MEMBERS` entries,
 before a byte of it is read. Archive kinds are found by content (gzip, xz,
 bzip2, zip, tar magic), whatever the file is called; an archive inside an
 archive is opened too, `MAX_NESTING` deep. A corrupt or truncated input is one
-error naming it; what came before it in the same archive, and every other
-input, still imports.
+error naming it, where it broke and the member being read, and the entry is
+`broken`: the callers refuse the whole (`snapshot import` writes nothing, `audit`
+of an archive judges nothing), since what came before the break is part of a
+whole. A tar must end with its end-of-archive blocks and be whole 512-byte
+blocks, and a compressed tar is read past the tar's end to its trailer, so a
+cut at a block boundary or in a gzip trailer is found too.
 
 Streaming (`Reader(stream_above=N)`, what `snapshot import` uses): a file or
 member larger than N bytes is not read into memory but handed on as
@@ -60,7 +64,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from agent.importers.archive_bounds import bounded_tarinfo, zip_entry_count
+from agent.importers.archive_bounds import TarTruncated, bounded_tarinfo, zip_entry_count
 from agent.importers.input_entries import MAX_LINK_TARGET, Entry, link_entry, link_target_problem, unsafe_name
 from agent.importers.input_streams import (
     CHUNK_BYTES,
@@ -244,9 +248,10 @@ class Reader:
             return
         except OSError as exc:
             if entry is None:
-                yield Entry(shown, size=size, error=f"cannot read: {exc.strerror}")
+                yield Entry(shown, size=size, error=f"cannot read: {exc.strerror}", broken=True)
             else:
                 entry.error = entry.error or f"cannot read: {exc.strerror}"
+                entry.broken = True
             return
         yield Entry(shown, size=len(data), sha256=sha256_hex(data), data=data)
 
@@ -273,7 +278,8 @@ class Reader:
             if "over all inputs" in entry.error:
                 self.stopped = entry.error
         except CORRUPT_ERRORS as exc:
-            entry.error = f"corrupt or truncated {entry.kind or kind}: {error_text(exc)}"
+            entry.broken = True
+            entry.error = f"corrupt or truncated {entry.kind or kind}: {error_text(exc)}{_where(handle, entry)}"
 
     def _single(self, stream: CountedStream, entry: Entry, depth: int) -> Iterator[Entry]:
         """A compressed single file (dmesg.gz, nvidia-bug-report.log.gz): one member, named without the suffix."""
@@ -338,6 +344,7 @@ class Reader:
             for member in archive:
                 self.budget.one_more()
                 shown = f"{entry.name}:{member.name}"
+                entry.reading = member.name
                 if member.isdir():
                     continue
                 if member.issym() and unsafe_name(member.name) is None:
@@ -364,6 +371,13 @@ class Reader:
                 if len(data) != member.size:
                     raise EOFError(f"{member.name} is truncated")
                 yield from self._member(shown, data, depth, _unpadded(data, member.size))
+        # tarfile stops at the end-of-archive blocks: the rest (a record's padding, a gzip/xz/bzip2 trailer with
+        # its checksum) is read too, so that a compressed stream cut after the tar's end is still found.
+        while stream.read(CHUNK_BYTES):
+            pass
+        if stream.read_so_far % _TAR_HEAD:  # every tar writer writes whole 512-byte blocks
+            raise TarTruncated(f"the tar data is {stream.read_so_far} bytes, not a whole number of "
+                               f"{_TAR_HEAD}-byte blocks")
 
     def _zip(self, handle: IO[bytes], entry: Entry, depth: int) -> Iterator[Entry]:
         zip_entry_count(handle, self.budget.members - self.budget.count)  # before zipfile lists them all
@@ -375,6 +389,7 @@ class Reader:
             for info in infos:
                 self.budget.one_more()
                 shown = f"{entry.name}:{info.filename}"
+                entry.reading = info.filename
                 if info.is_dir():
                     continue
                 mode = info.external_attr >> 16
@@ -400,7 +415,7 @@ class Reader:
                         counted = CountedStream(source, self.budget, self.budget.member, shown)
                         data = read_all(counted, self.budget.member, shown)
                 except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
-                    yield Entry(shown, size=info.file_size, error=f"corrupt member: {error_text(exc)}")
+                    yield Entry(shown, size=info.file_size, error=f"corrupt member: {error_text(exc)}", broken=True)
                     continue
                 except LimitReached as exc:
                     if "over all inputs" in str(exc):
@@ -439,7 +454,7 @@ class Reader:
                     yield item
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             if not handed:
-                yield Entry(shown, size=info.file_size, error=f"corrupt member: {error_text(exc)}")
+                yield Entry(shown, size=info.file_size, error=f"corrupt member: {error_text(exc)}", broken=True)
         except LimitReached as exc:
             if "over all inputs" in str(exc):
                 raise
@@ -459,6 +474,20 @@ def _tar_refusal(member: tarfile.TarInfo) -> str | None:
     if not member.isreg():
         return "not a regular file"
     return None
+
+
+def _where(handle: IO[bytes], entry: Entry) -> str:
+    """Where an archive broke, for its error: the byte of the file reached and the member being read."""
+    parts = []
+    try:
+        at = handle.tell()
+        parts.append(f"at its end, byte {at}" if at == entry.size else f"at byte {at}"
+                     + (f" of {entry.size}" if entry.size is not None else ""))
+    except (OSError, ValueError):
+        pass
+    if entry.reading:
+        parts.append(f"in or after member {entry.reading!r}")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _file_digest(handle: IO[bytes]) -> str:
