@@ -6,6 +6,7 @@ none of these ~70.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -280,11 +281,15 @@ def rollback(simulate: str | None, snapshot: Path | None, config_path: Path | No
 @click.option("--listen", metavar="HOST:PORT", help="Serve /metrics here (default: daemon.listen in the config, "
               "else 127.0.0.1:9847).")
 @click.option("--profile", metavar="NAME|auto", help="Profile to judge by (default: match automatically).")
+@click.option("--state-dir", type=DIR_PATH, metavar="DIR",
+              help="Where health-check's state file is written (default: state_dir in the config; with "
+              "--simulate or --snapshot, a private temporary folder instead of the system's "
+              "/var/lib/nodewarden).")
 @click.pass_obj
 def daemon(state: State, /, simulate: str | None, snapshot: Path | None, config_path: Path | None,
-           listen: str | None, profile: str | None, **bmc: Any) -> None:
+           listen: str | None, profile: str | None, state_dir: Path | None, **bmc: Any) -> None:
     """Watch the node: poll sources, judge, log changes, serve Prometheus metrics (SIGHUP reloads)."""
-    from agent.daemon import Daemon, daemon_settings
+    from agent.daemon import Daemon, daemon_settings, is_system_state_dir, replay_state_dir
     from agent.engine import AuditRequest
     from agent.log import setup_logging
 
@@ -294,10 +299,15 @@ def daemon(state: State, /, simulate: str | None, snapshot: Path | None, config_
     else:
         setup_logging(max(state.verbose, 1), state.log_format, stream=sys.stdout, debug_http=state.debug_http)
     config = load_cli_config(config_path)
+    if state_dir is None and (simulate is not None or snapshot is not None) and is_system_state_dir(config.state_dir):
+        state_dir = replay_state_dir()  # a recorded node's verdict is not this host's: never in its folder
+    if state_dir is not None:
+        config = dataclasses.replace(config, state_dir=state_dir.absolute())
     settings = daemon_settings(config, listen)
     request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, profile=profile,
                            bmc=bmc_options(config, bmc))
-    runner = Daemon(request, settings, config_path, listen, lambda cfg: bmc_options(cfg, bmc))
+    runner = Daemon(request, settings, config_path, listen, lambda cfg: bmc_options(cfg, bmc),
+                    state_dir=config.state_dir if state_dir is not None else None)
     sys.exit(runner.run())
 
 

@@ -41,8 +41,10 @@ from agent.daemon_config import (
     ReloadStatus,
     daemon_settings,
     first_judging,
+    is_system_state_dir,
     load_judging,
     parse_listen,
+    replay_state_dir,
     with_waivers,
 )
 from agent.daemon_poller import SourcePoller
@@ -65,7 +67,8 @@ from agent.sources.xid import parse_xid
 
 # Moved to agent.daemon_config, still importable from here.
 __all__ = ["DEFAULT_INTERVALS", "DEFAULT_LISTEN", "DEFAULT_TIMEOUTS", "Daemon", "DaemonSettings", "PollResult",
-           "SourcePoller", "daemon_settings", "parse_listen"]
+           "SourcePoller", "daemon_settings", "is_system_state_dir", "parse_listen",
+           "replay_state_dir"]
 log = logging.getLogger("nodewarden.daemon")
 
 EVALUATE_AT_MOST_EVERY_S = 1.0
@@ -86,8 +89,10 @@ def _failure(result: PollResult) -> list[tuple[str, bool, str | None]]:
 
 class Daemon:
     def __init__(self, request: AuditRequest, settings: DaemonSettings, config_path: Path | None,
-                 listen_override: str | None, cli_bmc: Callable[[Config], BmcOptions]) -> None:
+                 listen_override: str | None, cli_bmc: Callable[[Config], BmcOptions], *,
+                 state_dir: Path | None = None) -> None:
         self._config_path, self._listen_override, self._cli_bmc = config_path, listen_override, cli_bmc
+        self._state_dir = state_dir  # --state-dir (or a replay's own folder): kept over every reload
         self.node: NodeSource = open_node(request)
         # Config, profiles, waivers and baseline: replaced whole by a reload that worked (agent.daemon_config).
         self._judging: Judging = first_judging(request, settings, self.node)
@@ -404,7 +409,7 @@ class Daemon:
         profile = self._report.profile if self._report is not None else None
         try:
             judging = load_judging(self._judging, self._config_path, self._listen_override, self._cli_bmc,
-                                   self.node, profile)
+                                   self.node, profile, state_dir=self._state_dir)
             if self._report is not None:
                 self.evaluate(judging)  # a profile that no longer matches or builds fails here, not later
         except NodewardenError as exc:
@@ -483,6 +488,11 @@ class Daemon:
         host, port = self.server.address
         log.info("serving metrics on %s://%s:%d/metrics", "https" if self.settings.server.tls_cert else "http",
                  host, port, extra={"fields": {"event": "listening", "host": host, "port": port}})
+        where = self._gate.state_file.state_dir
+        replay = self.request.snapshot is not None or self.request.simulate is not None
+        log.info("health-check state file under %s%s", where, " (a recorded node's: kept out of the system state "
+                 "folder)" if replay and not is_system_state_dir(where) else "",
+                 extra={"fields": {"event": "state_file_start", "state_dir": str(where)}})
         for poller in self.pollers:
             poller.start()
         if self.kmsg is not None:

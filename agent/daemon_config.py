@@ -12,8 +12,11 @@ reload named.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,13 +127,38 @@ def first_judging(request: AuditRequest, settings: DaemonSettings, node: NodeVie
                    load_daemon_waivers(config.waivers_file), load_node_baseline(node, config))
 
 
+REPLAY_STATE_PREFIX = "nodewarden-daemon-state-"
+
+
+def is_system_state_dir(path: Path) -> bool:
+    """The machine's own state folder (/var/lib/nodewarden), by what it is, not by how it is spelled."""
+    from agent.config import DEFAULT_STATE_DIR
+
+    return os.path.realpath(path) == os.path.realpath(DEFAULT_STATE_DIR)  # links and `..` resolved, existing or not
+
+
+def replay_state_dir() -> Path:
+    """A private folder for a daemon replaying a recorded node (--simulate, --snapshot) without --state-dir.
+
+    Its state file and health-check's decisions are the recording's, never this host's: they are kept
+    out of the system state folder (issue 36.3), in $TMPDIR, removed when the daemon exits.
+    """
+    made = Path(tempfile.mkdtemp(prefix=f"{REPLAY_STATE_PREFIX}{os.getpid()}-"))  # 0700, root's
+    atexit.register(shutil.rmtree, made, True)
+    return made
+
+
 def load_judging(running: Judging, config_path: Path | None, listen_override: str | None,
-                 cli_bmc: Callable[[Config], BmcOptions], node: NodeView, profile: str | None) -> Judging:
+                 cli_bmc: Callable[[Config], BmcOptions], node: NodeView, profile: str | None, *,
+                 state_dir: Path | None = None) -> Judging:
     """A whole new `Judging` from the files (SIGHUP); raises NodewardenError naming the file that failed.
 
     `profile`: the one the node is judged by now, built with the new overrides so a bad one fails here.
+    `state_dir`: the command line's (or a replay's own), which the config's never replaces.
     """
     config = load_config(config_path)
+    if state_dir is not None:
+        config = dataclasses.replace(config, state_dir=state_dir)
     settings = daemon_settings(config, listen_override)
     store = LoadedProfiles(config.profile_dirs, config.overrides_file)
     forced = running.request.profile if running.request.profile not in (None, "auto") else None
