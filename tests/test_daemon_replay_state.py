@@ -16,11 +16,11 @@ from pathlib import Path
 from agent.config import DEFAULT_STATE_DIR
 from agent.daemon_config import REPLAY_STATE_PREFIX, is_system_state_dir
 from agent.scheduler.state import read_state
-from tests.daemon_peer import changed_files, running_daemon, state_listing
+from tests.daemon_peer import DaemonProcess, changed_files, running_daemon, state_listing
 
 
-def _state_event(daemon: object) -> dict[str, object]:
-    events = [e for e in daemon.log_events() if e.get("event") == "state_file_start"]  # type: ignore[attr-defined]
+def _state_event(daemon: DaemonProcess) -> dict[str, object]:
+    events = [e for e in daemon.log_events() if e.get("event") == "state_file_start"]
     assert events, "the daemon does not say where its state file is"
     return events[0]
 
@@ -30,8 +30,7 @@ def test_a_simulated_daemon_with_the_default_config_keeps_out_of_the_system_fold
     with running_daemon(tmp_path, "--simulate", "hgx-h100-drifted", defaults=True) as daemon:
         where = Path(str(_state_event(daemon)["state_dir"]))
         assert where.name.startswith(REPLAY_STATE_PREFIX) and not is_system_state_dir(where)
-        state = daemon.wait_for(lambda: (where / "scheduler" / "daemon.json").is_file(), what="state file")
-        assert state
+        daemon.wait_for((where / "scheduler" / "daemon.json").is_file, what="state file")
         doc = json.loads((where / "scheduler" / "daemon.json").read_text())
         assert doc["reading"] != "live" and (where.stat().st_mode & 0o077) == 0
         daemon.stop(signal.SIGTERM)
