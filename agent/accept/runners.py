@@ -1,6 +1,7 @@
 """Load runners: `none` (observe what already runs), `command` (any program) and `torch` (built-in burn).
 
-A command runs in its own process group (so its children go with it), its output goes to our stderr
+A command runs in its own process group (so its children go with it), under a guard that stops the
+group when accept ends in any way (agent.accept.load_guard), its output goes to our stderr
 (stdout is the report's) and the last lines are kept for the result. Stopping is SIGTERM to the
 group, then SIGKILL after a grace period: a load that ignores SIGTERM never keeps the run waiting.
 Nothing here touches a GPU setting.
@@ -23,6 +24,8 @@ from agent.trusted_exec import UntrustedProgram, resolve_command, trusted_progra
 from agent.trusted_input import check_folders
 
 TAIL_LINES, TAIL_LINE_CHARS = 5, 300
+GUARD = Path(__file__).resolve().with_name("load_guard.py")
+GUARD_GRACE_S = 10.0  # SIGTERM to SIGKILL when accept is gone, as accept's own stop gives
 
 
 class LoadError(Exception):
@@ -62,6 +65,7 @@ class CommandLoad(LoadRunner):
         self.started = 0.0
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._reader: threading.Thread | None = None
+        self._alive: int | None = None  # the write end of the guard's pipe, held while the load may run
 
     def describe(self) -> str:
         return " ".join(self.argv)[:300]
@@ -77,13 +81,23 @@ class CommandLoad(LoadRunner):
         self.start_checked(program)
 
     def start_checked(self, program: str) -> None:
-        """Start `program` with argv[1:]: the program has passed agent.trusted_exec's rule."""
+        """Start `program` with argv[1:]: the program has passed agent.trusted_exec's rule.
+
+        It runs under the guard (agent.accept.load_guard), which leads the load's session and stops
+        the whole group when accept ends, SIGKILL included; `self.proc` is the guard.
+        """
+        alive_read, self._alive = os.pipe()  # only accept holds the write end: its end is the guard's EOF
+        guard = [sys.executable, "-I", str(GUARD), str(alive_read), f"{GUARD_GRACE_S:g}", "--", program,
+                 *self.argv[1:]]
         try:
             self.proc = subprocess.Popen(  # the operator's own argv, no shell
-                [program, *self.argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, env=self.env, close_fds=True, cwd=self.cwd)
+                guard, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, env=self.env, close_fds=True, pass_fds=(alive_read,), cwd=self.cwd)
         except OSError as exc:
+            os.close(self._alive)
             raise LoadError(f"load could not start: {self.argv[0]}: {exc.strerror or exc}") from None
+        finally:
+            os.close(alive_read)
         self.started = time.monotonic()
         self._reader = threading.Thread(target=self._pump, name="load-output", daemon=True)
         self._reader.start()
@@ -119,6 +133,7 @@ class CommandLoad(LoadRunner):
             return None
         if proc.poll() is not None:
             self._signal_group(signal.SIGKILL)  # children it left behind in its group
+            self._release_guard()
             return "already ended"
         self._signal_group(signal.SIGTERM)
         try:
@@ -129,7 +144,14 @@ class CommandLoad(LoadRunner):
             proc.wait(timeout=10.0)
             how = f"did not stop within {grace_s:g} s of SIGTERM: killed"
         self._signal_group(signal.SIGKILL)
+        self._release_guard()
         return how
+
+    def _release_guard(self) -> None:
+        if self._alive is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._alive)
+            self._alive = None
 
     def _signal_group(self, sig: signal.Signals) -> None:
         """The load's own group only: its leader's pid is the group id (start_new_session)."""

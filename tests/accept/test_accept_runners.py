@@ -77,6 +77,53 @@ def test_a_command_ignoring_sigterm_is_killed_with_its_group_after_the_grace(tmp
     _wait(lambda: not _alive(child))  # the forked child in the same group goes too
 
 
+STAND_IN = """
+import sys, time
+from agent.accept.runners import CommandLoad
+load = CommandLoad(sys.argv[1:])
+load.start()
+print(load.proc.pid, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("ignores_term", [False, True], ids=["load ends on SIGTERM", "load ignores SIGTERM"])
+def test_the_load_and_its_forked_workers_die_when_accept_is_killed(tmp_path: Path, ignores_term: bool) -> None:
+    """Issue 30.9: accept killed by SIGKILL (the OOM killer, a stop timeout) leaves no load running."""
+    import signal
+    import subprocess
+
+    pids = tmp_path / "pids"
+    load = [PY, "-c", IGNORES_TERM, str(pids)] if ignores_term else [
+        "sh", "-c", f"sleep 300 & echo $! >> {pids}; sleep 300 & echo $! >> {pids}; wait"]
+    accept = subprocess.Popen([PY, "-c", STAND_IN, *load], cwd=REPO, stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    started: list[int] = []
+    try:
+        assert accept.stdout is not None
+        guard = int(accept.stdout.readline())
+        _wait(lambda: pids.exists() and len(pids.read_text().split()) == 2)
+        started = [guard, *map(int, pids.read_text().split())]
+        assert all(_alive(pid) for pid in started)
+        accept.kill()  # SIGKILL: no handler, no finally, no atexit in accept
+        accept.wait()
+        _wait(lambda: not any(_alive(pid) for pid in started), timeout_s=20.0)  # the guard's 10 s grace, then KILL
+    finally:
+        if accept.poll() is None:
+            accept.kill()
+            accept.wait()
+        for pid in started:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_the_guard_ends_as_the_load_did() -> None:
+    load = CommandLoad([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGUSR1)"])
+    load.start()
+    _wait(lambda: load.ended() is not None)
+    assert "was killed by signal 10" in (load.ended() or "")  # the load's signal, not the guard's status
+
+
 def test_a_missing_command_cannot_start() -> None:
     with pytest.raises(LoadError, match=r"^load could not start: /nonexistent/gpu_burn: No such file"):
         CommandLoad(["/nonexistent/gpu_burn"]).start()
