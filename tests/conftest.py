@@ -15,16 +15,28 @@ from click.testing import CliRunner
 
 from agent.cli import cli
 from tests.peers import processes
+from tests.private_state import PrivateState
 
 REPO = Path(__file__).resolve().parents[1]
+PRIVATE_STATE: list[PrivateState | None] = [None]  # the session's, once pytest_configure made it
 
 
 # --- peers never outlive the run (tests/peers/processes.py) ------------------------------------------
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """atexit and SIGTERM/SIGHUP handlers from the start, in the main thread, before any peer starts."""
+    """The session's own /var/lib/nodewarden first, while pytest is one thread (tests/private_state.py);
+    then atexit and SIGTERM/SIGHUP handlers, in the main thread, before any peer starts."""
+    from agent.config import DEFAULT_STATE_DIR
+
+    PRIVATE_STATE[0] = PrivateState(DEFAULT_STATE_DIR)
+    PRIVATE_STATE[0].enter()
     processes.install_safety_net()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if PRIVATE_STATE[0] is not None:
+        PRIVATE_STATE[0].leave()
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown of the session's fixtures
@@ -35,8 +47,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def machine_state_untouched() -> Iterator[None]:
-    """No test writes the machine's /var/lib/nodewarden (a stale state file there changes what
-    health-check answers on it): one listing before the session, one after."""
+    """No test writes /var/lib/nodewarden (a stale state file there changes what health-check answers):
+    one listing before the session, one after. As root the folder is the session's own, private one
+    (tests/private_state.py), so this is what the tests did, whatever the machine's daemons do."""
     from agent.config import DEFAULT_STATE_DIR
     from tests.daemon_peer import changed_files, state_listing
 
