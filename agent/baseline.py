@@ -55,6 +55,7 @@ class Recording(NamedTuple):
     doc: dict[str, Any]
     busy: list[str]  # one line per GPU that is not (provably) idle
     notes: list[str]  # what could not be recorded
+    missing: list[str] = []  # one line per GPU the node has but NVML could not read (lost, or PCI-only)
 
 
 def _known(value: Any) -> Any:
@@ -173,9 +174,7 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
     busy = busy_reasons(nvml) if isinstance(nvml, NvmlFacts) else []
     gpus = {str(g.index): gpu_entry(g) for g in sorted(nvml.gpus, key=lambda g: g.index)} if isinstance(
         nvml, NvmlFacts) else {}
-    for gpu in nvml.gpus if isinstance(nvml, NvmlFacts) else ():
-        if gpu.lost is not None:
-            notes.append(f"{gpu.label}: {gpu.lost}")
+    missing = missing_gpus(host, nvml)
     doc: dict[str, Any] = {
         "schema": BASELINE_SCHEMA,
         "recorded_at": stamp.isoformat(timespec="seconds"),
@@ -185,7 +184,29 @@ def record_baseline(request: AuditRequest, node: NodeSource | None = None, store
         "gpus": gpus,
         "bmc": bmc_doc,
     }
-    return Recording(doc, busy, notes)
+    return Recording(doc, busy, notes, missing)
+
+
+def missing_gpus(host: Any, nvml: Any) -> list[str]:
+    """GPUs the node has that NVML could not read: one NVML counts but cannot open (fallen off the bus),
+    or one on PCI that NVML does not list. Positive evidence only: an unread PCI is no evidence."""
+    from agent.facts import NvmlFacts
+    from agent.model import Unknown
+    from agent.sources.nvml_facts import normalize_bus_id
+
+    if not isinstance(nvml, NvmlFacts):
+        return []
+    lines = [f"{gpu.label}: {gpu.lost}" for gpu in nvml.gpus if gpu.lost is not None]
+    listed = {normalize_bus_id(g.pci_bus_id) for g in nvml.gpus if isinstance(g.pci_bus_id, str)}
+    on_pci = getattr(host, "nvidia_gpus", None)
+    if listed and on_pci is not None and not isinstance(on_pci, Unknown):
+        pci_only = sorted(str(f.address) for f in on_pci if str(f.address).lower() not in listed)
+        if pci_only and lines:  # a lost GPU has no bus id to tell it by: these may be it, or more
+            lines.append(f"on PCI but not listed by NVML: {', '.join(pci_only)}"
+                         f"{' (the lost GPU)' if len(pci_only) == len(lines) == 1 else ''}")
+        else:
+            lines += [f"GPU at {address} is on PCI but NVML does not list it" for address in pci_only]
+    return lines
 
 
 def baseline_text(doc: dict[str, Any]) -> str:
@@ -265,10 +286,11 @@ def baseline() -> None:
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Write here (default: <state_dir>/baseline.json, or DIR/baseline.json for --snapshot DIR).")
 @click.option("--force", is_flag=True, help="Record even though a GPU is not idle (its readings are then no "
-              "idle baseline).")
+              "idle baseline) or cannot be read (the baseline is then marked incomplete).")
 def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Path | None, out: Path | None,
                     force: bool, **bmc: Any) -> None:
-    """Record this node's idle GPU and BMC readings. Exit 0 recorded, 1 a GPU is not idle, 2 bad input."""
+    """Record this node's idle GPU and BMC readings. Exit 0 recorded, 1 a GPU is not idle or cannot be read,
+    2 bad input."""
     from agent.cli_options import bmc_options, load_cli_config
     from agent.engine import AuditRequest
     from agent.node import open_node
@@ -285,6 +307,14 @@ def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Pa
 
             trusted_dir(out.parent, create=True)  # the default state dir, made 0700 like remediate makes it
     recording = record_baseline(request, node)
+    if recording.missing and not force:
+        from agent.cli_support import error
+
+        error("not recording a baseline: GPUs of this node cannot be read "
+              "(a baseline of the GPUs left would pass for the whole board: fix or reseat them, or use --force "
+              "to record one marked incomplete):\n" + "\n".join(f"  {line}" for line in recording.missing),
+              missing=list(recording.missing))
+        sys.exit(EXIT_FAIL)
     if recording.busy and not force:
         from agent.cli_support import error
 
@@ -292,6 +322,10 @@ def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Pa
               "(idle readings need idle GPUs: drain the node, or use --force):\n"
               + "\n".join(f"  {line}" for line in recording.busy), busy=list(recording.busy))
         sys.exit(EXIT_FAIL)
+    if recording.missing:
+        recording.doc["incomplete"] = list(recording.missing)
+        recording.doc["forced"] = True
+        recording.notes.extend(f"not in this baseline: {line}" for line in recording.missing)
     if recording.busy:
         recording.doc["forced"] = True
         recording.notes.extend(f"not idle when recorded: {line}" for line in recording.busy)
@@ -303,7 +337,8 @@ def baseline_record(simulate: str | None, snapshot: Path | None, config_path: Pa
     bmc_doc = recording.doc["bmc"] or {}
     click.echo(f"recorded the baseline of {recording.doc['node']['hostname'] or 'this node'}: "
                f"{len(recording.doc['gpus'])} GPU(s), {len(bmc_doc.get('temperatures_c') or {})} BMC temperature "
-               f"sensor(s), into {out}")
+               f"sensor(s), into {out}" + (" (incomplete: GPUs it could not read are named in it)"
+                                           if recording.missing else ""))
 
 
 @baseline.command("show")

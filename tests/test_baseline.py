@@ -155,6 +155,36 @@ def test_refuses_while_a_gpu_is_busy_unless_forced(healthy_copy: Path, config: P
     assert parse_baseline(doc, str(out)).forced
 
 
+def test_a_gpu_off_the_bus_is_refused_or_recorded_as_incomplete(config: Path, tmp_path: Path) -> None:
+    """Issue 36.9: the drifted node's GPU 7 has fallen off the bus: never a clean 8-GPU baseline."""
+    out = tmp_path / "lost.json"
+    result = run("baseline", "record", "--simulate", "hgx-h100-drifted", "--config", str(config), "--out", str(out))
+    assert result.code == 1 and not out.exists()
+    assert "GPUs of this node cannot be read" in result.stderr and "GPU is lost (fallen off the bus)" in result.stderr
+    assert "0000:db:00.0 (the lost GPU)" in result.stderr  # PCI still lists it; NVML cannot open it
+    forced = run("baseline", "record", "--simulate", "hgx-h100-drifted", "--config", str(config), "--out", str(out),
+                  "--force")
+    assert forced.code == 0, forced.stderr
+    assert "(incomplete: GPUs it could not read are named in it)" in forced.stdout
+    doc = json.loads(out.read_text())
+    assert doc["forced"] is True and any("fallen off the bus" in line for line in doc["incomplete"])
+    assert parse_baseline(doc, str(out)).forced
+
+
+def test_a_gpu_on_pci_that_nvml_does_not_list_is_refused(healthy_copy: Path, config: Path, tmp_path: Path) -> None:
+    path = healthy_copy / "nvml.json"  # NVML counts and lists 7 (as with a GPU its driver gave up on); PCI shows 8
+    data = json.loads(path.read_text())
+    data["devices"].pop(3)
+    data["system"]["nvmlDeviceGetCount"] = 7
+    path.write_text(json.dumps(data))
+    out = tmp_path / "short.json"
+    result = run("baseline", "record", "--snapshot", str(healthy_copy), "--config", str(config), "--out", str(out))
+    assert result.code == 1 and not out.exists(), result.stderr
+    assert "is on PCI but NVML does not list it" in result.stderr
+    whole = run("baseline", "record", "--simulate", "hgx-h100-healthy", "--config", str(config), "--out", str(out))
+    assert whole.code == 0 and "incomplete" not in json.loads(out.read_text())  # the whole board records clean
+
+
 def test_five_percent_is_still_idle_and_an_unreadable_utilization_is_not() -> None:
     assert gpu_activity(gpu_facts(0, utilization_gpu_pct=5)) is None
     assert gpu_activity(gpu_facts(0, utilization_gpu_pct=6)) == "utilization 6 % (idle is <= 5 %)"
