@@ -36,10 +36,12 @@ def profiles_list(config_path: Path | None) -> None:
     config = load_cli_config(config_path)
     store = ProfileStore(config.profile_dirs)
     paths = available(store.dirs)
-    for name in store.names():
+    names = store.names()
+    width = max((len(name) for name in names), default=0)  # a site profile's long name keeps its columns
+    for name in names:
         data = store.file(name).data
         kind = "abstract" if data.get("abstract") else "fallback" if name == "generic-nvidia" else "model"
-        click.echo(f"{name:<18} {kind:<9} {data['description']}  [{paths[name]}]")
+        click.echo(f"{name:<{width}}  {kind:<9} {data['description']}  [{paths[name]}]")
 
 
 @profiles.command("show")

@@ -41,10 +41,17 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if not isinstance(pci, Unknown):
         nvml_buses = {g.pci_bus_id for g in nvml.gpus if isinstance(g.pci_bus_id, str)}
         missing = sorted(g.address for g in pci if g.address not in nvml_buses)
+        nvml_only = sorted(nvml_buses - {g.address for g in pci})
         # A lost GPU has no bus id from NVML; gpu.lost reports it, so only the
         # GPUs that NVML does not list at all are counted here.
         lost = sum(1 for g in nvml.gpus if g.lost)
-        if len(missing) > lost:
+        if nvml_only:  # NVML lists a GPU the PCI tree lacks: the two views are not of the same GPUs
+            findings.append(COUNT.finding(
+                "pci", Status.UNKNOWN, Severity.WARNING,
+                f"NVML and the PCI tree do not describe the same GPUs (inputs from two machines, or a partial "
+                f"PCI view), so whether NVML sees every GPU cannot be told: only in NVML: {_list(nvml_only)}; "
+                f"only on PCI: {_list(missing) or 'none'}", observed=nvml.device_count, expected=len(pci)))
+        elif len(missing) > lost:
             findings.append(COUNT.finding(
                 "pci", Status.FAIL, Severity.CRITICAL,
                 f"{len(pci)} NVIDIA GPU(s) on PCI but NVML sees {nvml.device_count}; not in NVML: "
@@ -77,3 +84,7 @@ def evaluate_lost(facts: NodeFacts, profile: Profile) -> list[Finding]:
     if facts.nvml.incomplete:
         findings.append(LOST.finding("node", Status.UNKNOWN, Severity.CRITICAL, facts.nvml.incomplete))
     return findings
+
+
+def _list(addresses: list[str], most: int = 8) -> str:
+    return ", ".join(addresses[:most]) + (f" and {len(addresses) - most} more" if len(addresses) > most else "")

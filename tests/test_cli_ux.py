@@ -359,3 +359,14 @@ def test_readme_sample_is_the_real_output(run_cli: RunCli) -> None:
         return
     assert without_duration(readme[start:end]) == real, \
         "the README's sample is stale: NODEWARDEN_UPDATE_README=1 pytest tests/test_cli_ux.py -k readme"
+
+
+def test_profiles_list_columns_fit_the_longest_name(run_cli: RunCli) -> None:
+    """Issue 36.9: names longer than the old 18-character column pushed the kind column out of line."""
+    result = run_cli("profiles", "list")
+    assert result.code == 0
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    names = [line.split()[0] for line in lines]
+    assert max(map(len, names)) > 18  # the shipped profiles hold such a name
+    kind_at = {line.index(f" {line.split()[1]} ", len(line.split()[0])) for line in lines}
+    assert len(kind_at) == 1, lines  # every kind starts in the same column

@@ -264,3 +264,17 @@ def test_nothing_importable_is_an_error(tmp_path: Path, run_cli: RunCli) -> None
     result = run_cli("snapshot", "import", str(junk), "--out", str(tmp_path / "snap"))
     assert result.code == 2 and "nothing to import" in result.stderr
     assert not (tmp_path / "snap").exists()
+
+
+def test_two_machines_files_are_no_lost_gpus_and_the_views_are_named_by_bus_id(tmp_path: Path,
+                                                                                  run_cli: RunCli) -> None:
+    """Issue 36.9: an A100 box's lspci with an H100 box's nvidia-smi used to be a critical "8 on PCI but NVML
+    sees 8"; the views are not of the same GPUs, which is said with the bus ids of each, never failed."""
+    out = tmp_path / "snap"
+    result = run_cli("snapshot", "import", str(REAL["lspci-nn"]), str(REAL["nvidia-smi"]), "--out", str(out))
+    assert result.code == 0, result.stderr
+    findings = [f for f in _audit(run_cli, out)["findings"] if f["check"] == "gpu.count" and f["subject"] == "pci"]
+    assert len(findings) == 1
+    finding, = findings
+    assert finding["status"] == "unknown" and finding["severity"] == "warning"
+    assert "only in NVML: 0000:19:00.0" in finding["message"] and "only on PCI: 0001:00:00.0" in finding["message"]

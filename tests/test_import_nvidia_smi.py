@@ -421,3 +421,13 @@ def test_fuzzed_dumps_import_or_fail_cleanly() -> None:
             replay(document)
             imported_ok += 1
     assert imported_ok and refused
+
+
+def test_the_table_of_an_imported_dump_says_unknown_host_not_a_question_mark(tmp_path: Path, run_cli: RunCli) -> None:
+    """Issue 36.9: nvidia-smi -q prints no host name; the audit's first line says so in words."""
+    out = tmp_path / "snap"
+    dump = REPO / "fixtures" / "nvidia-smi" / "gpud" / "nvidia-smi-query.535.161.08.out.0.valid.txt"
+    assert run_cli("snapshot", "import-nvidia-smi", str(dump), "--out", str(out)).code == 0
+    result = run_cli("audit", "--snapshot", str(out), "--format", "table")
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("nodewarden audit of unknown host (unknown model)"), first

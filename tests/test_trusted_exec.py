@@ -46,7 +46,9 @@ def test_a_trusted_load_command_runs_by_name_from_path(tmp_path: Path) -> None:
     burn = program(tmp_path / "bin")
     load = CommandLoad(["burn"], env={"PATH": f"relative:{burn.parent}"})  # a relative entry is never searched
     load.start()
-    assert load.proc is not None and cast(list[str], load.proc.args)[0] == str(burn)  # run by its checked path
+    assert load.proc is not None  # the guard (agent.accept.load_guard) runs it by its checked path
+    args = cast(list[str], load.proc.args)
+    assert args[args.index("--") + 1] == str(burn)
     load.proc.wait(timeout=10)
     assert (tmp_path / "ran").exists()
     load.stop()

@@ -60,7 +60,7 @@ def render_table(report: Report, *, verbose: bool = False, color: bool = False, 
     lines: list[str] = []
     node = report.node
     model = clean(str(node.get("model") or "unknown model"))
-    lines += wrap(f"nodewarden {_ran(report)} of {clean(str(node.get('hostname') or '?'))} ({model}) "
+    lines += wrap(f"nodewarden {_ran(report)} of {clean(str(node.get('hostname') or 'unknown host'))} ({model}) "
                   f"with profile {clean(report.profile)} [{clean(str(node.get('mode')))}]", width, "  ")
     subjects = display_subjects(report.findings)
     lines.append("")
