@@ -45,7 +45,9 @@ def evaluate_count(facts: NodeFacts, profile: Profile) -> list[Finding]:
         # A lost GPU has no bus id from NVML; gpu.lost reports it, so only the
         # GPUs that NVML does not list at all are counted here.
         lost = sum(1 for g in nvml.gpus if g.lost)
-        if nvml_only:  # NVML lists a GPU the PCI tree lacks: the two views are not of the same GPUs
+        # NVML lists a GPU the PCI tree lacks: the two views are not of the same GPUs. (No NVIDIA function on
+        # PCI at all is a container's or VM's view, said by the GPU checks: judged as before.)
+        if nvml_only and pci:
             findings.append(COUNT.finding(
                 "pci", Status.UNKNOWN, Severity.WARNING,
                 f"NVML and the PCI tree do not describe the same GPUs (inputs from two machines, or a partial "
