@@ -13,7 +13,7 @@ import pytest
 
 from agent.scheduler.answer import SUMMARY_SCHEMA, Answer, SummaryError, parse_summary
 from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm import decide
+from agent.scheduler.slurm import act
 from agent.scheduler.slurm_cli import NodeState, Slurm
 from agent.scheduler.trail import Memory, recall, remember
 
@@ -39,6 +39,7 @@ class FakeSlurm:
         (state_dir / "scheduler" / "drain-n1.json").write_text(json.dumps(
             {"reason": reason, "user": proof["reason_user"], "at": proof["reason_time"]}))
         self.updates: list[list[str]] = []
+        self.seen: dict[str, NodeState] = {"n1": self.state}
 
     def node(self, name: str) -> NodeState:
         return self.state
@@ -88,7 +89,7 @@ def test_resume_needs_each_cause_back_as_pass(tmp_path: Path, status: str | None
     remember(tmp_path, "n1", Memory(0, 1700000000.0, (PSU,)))
     slurm = FakeSlurm(tmp_path, "nodewarden: bmc.psu PS1 Status: failed")
     results: list[Any] = [["gpu.lost", "gpu0", "pass", ""]] + ([[*PSU, status, ""]] if status else [])
-    decision = decide(summary("OK", *results), "n1", settings, dry_run=False, slurm=cast(Slurm, slurm))
+    decision = act(summary("OK", *results), "n1", settings, dry_run=False, slurm=cast(Slurm, slurm))
     assert (decision.action == "resume") is resumed, decision
     assert bool(slurm.updates) is resumed
     if not resumed:
@@ -100,7 +101,7 @@ def test_resume_needs_each_cause_back_as_pass(tmp_path: Path, status: str | None
 
 def test_a_drain_with_no_recorded_cause_is_left_for_an_operator(tmp_path: Path) -> None:
     slurm = FakeSlurm(tmp_path, "nodewarden: gpu.lost gpu7: a drain whose memory was lost")
-    decision = decide(summary("OK", ["gpu.lost", "gpu7", "pass", ""]), "n1",
-                      HealthSettings(state_dir=tmp_path, resume_after=1), dry_run=False, slurm=cast(Slurm, slurm))
+    decision = act(summary("OK", ["gpu.lost", "gpu7", "pass", ""]), "n1",
+                   HealthSettings(state_dir=tmp_path, resume_after=1), dry_run=False, slurm=cast(Slurm, slurm))
     assert decision.action == "none" and "causes are not recorded" in decision.why
     assert slurm.updates == []

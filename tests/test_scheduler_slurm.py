@@ -22,7 +22,7 @@ import pytest
 
 from agent.scheduler.answer import Answer
 from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm import Decision, decide
+from agent.scheduler.slurm import Decision, act
 from tests.peers.slurm import BURST_NODES, EXTRA_NODES, LONER, TOOLS, SlurmCluster, slurm_cluster  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -334,7 +334,7 @@ def test_the_breaker_holds_when_every_node_checks_at_once(cluster: SlurmCluster,
 
         def check(node: str, barrier: threading.Barrier, decisions: dict[str, Decision]) -> None:
             barrier.wait()
-            decisions[node] = decide(DRAIN_ANSWER, node, settings, dry_run=False)
+            decisions[node] = act(DRAIN_ANSWER, node, settings, dry_run=False)
 
         threads = [threading.Thread(target=check, args=(node, barrier, decisions)) for node in BURST_NODES]
         for thread in threads:
@@ -381,7 +381,7 @@ def test_every_partition_name_is_read_and_counted_in_one_sinfo_call(cluster: Slu
 
 
 def test_a_node_in_no_partition_is_never_drained(cluster: SlurmCluster, tmp_path: Path) -> None:
-    decision = decide(DRAIN_ANSWER, LONER, gate_settings(tmp_path, cluster), dry_run=False)
+    decision = act(DRAIN_ANSWER, LONER, gate_settings(tmp_path, cluster), dry_run=False)
     assert decision.action == "unknown" and "cannot decide" in decision.why, decision
     assert "DRAIN" not in scontrol_state(cluster, LONER)
 

@@ -25,6 +25,7 @@ UNIT_DIR = REPO / "systemd"
 DAEMON = "nodewarden.service"
 AUDIT = "nodewarden-audit.service"
 TIMER = "nodewarden-audit.timer"
+GATE, GATE_PATH = "nodewarden-gate.service", "nodewarden-gate.path"
 MAX_EXPOSURE = 4.0
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 
@@ -117,7 +118,8 @@ def exposure(unit_path: Path) -> float:
 # --- systemd accepts the units -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("names", [(DAEMON,), (AUDIT,), (AUDIT, TIMER)], ids=["daemon", "audit", "timer"])
+@pytest.mark.parametrize("names", [(DAEMON,), (AUDIT,), (AUDIT, TIMER), (GATE,), (GATE, GATE_PATH)],
+                         ids=["daemon", "audit", "timer", "gate", "gate-path"])
 def test_unit_verifies_without_warnings(tmp_path: Path, names: tuple[str, ...]) -> None:
     # The timer is verified next to its service, which it names in Unit=.
     paths = installable_copy(tmp_path, *names)
@@ -137,7 +139,7 @@ def test_verify_check_catches_a_typo(tmp_path: Path) -> None:
 # --- hardening score -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [DAEMON, AUDIT])
+@pytest.mark.parametrize("name", [DAEMON, AUDIT, GATE])
 def test_exposure_score_is_low(tmp_path: Path, name: str) -> None:
     [path] = installable_copy(tmp_path, name)
     score = exposure(path)
@@ -266,3 +268,24 @@ def test_timer_runs_the_audit_every_15_minutes_and_catches_up() -> None:
     assert proc.returncode == 0 and len(stamps) == 3, proc.stdout + proc.stderr
     times = [datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S") for stamp in stamps]  # UTC: see analyze()
     assert {(later - earlier).total_seconds() for earlier, later in pairwise(times)} == {900.0}
+
+
+# --- the event-driven gate (issue 30.11) -----------------------------------------------------------
+
+
+def test_the_gate_path_watches_the_file_the_daemon_writes_on_a_verdict_change() -> None:
+    from agent.scheduler.daemon_dir import DAEMON_DIR
+    from agent.scheduler.state import VERDICT_FILE
+
+    path, gate, daemon = load(GATE_PATH), load(GATE), load(DAEMON)
+    state_directory = one(daemon, "Service", "StateDirectory")
+    assert state_directory == f"nodewarden/{DAEMON_DIR}"
+    assert one(path, "Path", "PathChanged") == f"/var/lib/{state_directory}/{VERDICT_FILE}"
+    assert one(path, "Path", "Unit") == GATE
+    assert one(gate, "Service", "Type") == "oneshot"
+    argv = one(gate, "Service", "ExecStart").split()
+    assert argv[:4] == ["/opt/nodewarden/bin/nodewarden", "health-check", "--slurm", "--event"], argv
+    # Root, as slurmd's HealthCheckProgram: no User=, and no capability at all (scontrol needs none).
+    assert "User" not in gate["Service"] and "DynamicUser" not in gate["Service"]
+    assert gate["Service"].get("CapabilityBoundingSet") == []
+    assert usec(one(gate, "Service", "TimeoutStartSec")) >= 55_000_000  # above the gate's own 50 s deadline

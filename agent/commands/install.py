@@ -4,7 +4,7 @@ The documented layout: nodewarden in a venv at /opt/nodewarden (its console scri
 /opt/nodewarden/bin/nodewarden is what every unit's Exec*= runs), configuration in
 /etc/nodewarden, state in /var/lib/nodewarden. This command writes, under `--prefix` (default /):
 
-  etc/systemd/system/nodewarden{,-audit,-apply}.service, nodewarden-audit.timer
+  etc/systemd/system/nodewarden{,-audit,-apply,-gate}.service, nodewarden-audit.timer, nodewarden-gate.path
       the shipped units, with Exec*= pointing at this installation's console script when it
       is not /opt/nodewarden/bin/nodewarden (`--bin` overrides);
   etc/nodewarden/config.yaml    0644, every key commented out (agent.config_doc); an existing
@@ -30,7 +30,8 @@ from agent.errors import ConfigError
 from agent.fsutil import replace_file
 from agent.profiles import data_dir
 
-UNITS = ("nodewarden.service", "nodewarden-audit.service", "nodewarden-audit.timer", "nodewarden-apply.service")
+UNITS = ("nodewarden.service", "nodewarden-audit.service", "nodewarden-audit.timer", "nodewarden-apply.service",
+         "nodewarden-gate.service", "nodewarden-gate.path")
 LAYOUT_BIN = "/opt/nodewarden/bin/nodewarden"
 
 

@@ -43,6 +43,7 @@ class HealthRequest:
     node: str
     mode: str = "plain"  # plain, slurm, npd
     dry_run: bool = False
+    event: bool = False  # the event-driven gate (agent.scheduler.trigger): the daemon's word only, drains only
 
 
 @dataclass
@@ -65,6 +66,8 @@ def answer_for(request: HealthRequest, deadline: Deadline | None = None) -> Answ
     audit = request.audit
     judged = (reading("simulated", simulated_path(audit.simulate)) if audit.simulate
               else reading("snapshot", audit.snapshot) if audit.snapshot else "live")
+    if request.event and not request.settings.daemon_state:
+        return Answer(None, RECORDING, "a recording has no daemon: the event gate acts on the daemon's word only")
     if not request.settings.daemon_state:  # a recording: audited once (agent.scheduler.settings)
         from agent.scheduler.oneshot import audit_once
 
@@ -72,6 +75,8 @@ def answer_for(request: HealthRequest, deadline: Deadline | None = None) -> Answ
     answer = read_state(request.settings.state_dir, request.settings.max_age_s, judged=judged)
     if answer is not None:
         return answer
+    if request.event:  # started by the daemon's verdict change: without its state file there is nothing to act on
+        return Answer(None, "state file", "no daemon state file: the event gate acts on the daemon's word only")
     from agent.scheduler.oneshot import audit_once  # only without a daemon: the engine loads here
 
     return audit_once(request.audit, audit_budget(request, deadline))
@@ -95,10 +100,11 @@ def run_health_check(request: HealthRequest) -> Outcome:
     code = EXIT_UNKNOWN if answer.verdict is None else EXIT_BAD if settings.bad(answer.verdict) else EXIT_OK
     if request.mode != "slurm":
         return Outcome(code, [_said(answer)], answer)
-    from agent.scheduler.slurm import decide
+    from agent.scheduler.slurm import act
     from agent.scheduler.trail import record
 
-    decision = decide(answer, request.node, settings, dry_run=request.dry_run, deadline=deadline)
+    decision = act(answer, request.node, settings, dry_run=request.dry_run, deadline=deadline,
+                   drain_only=request.event)
     lines = [_said(answer)]
     if request.dry_run:
         lines.append(f"dry run: would run: {shlex.join(decision.argv)}" if decision.argv
@@ -107,6 +113,7 @@ def run_health_check(request: HealthRequest) -> Outcome:
     lines.append(f"slurm {request.node}: {decision.action}: {decision.why}")
     now = time.time()
     entry = {"at": round(now, 3), "node": request.node, "action": decision.action, "verdict": answer.verdict,
+             "trigger": "event" if request.event else "periodic",
              "how": answer.how, "why": decision.why, **({"argv": decision.argv} if decision.argv else {}),
              **({"gpus": answer.drained_gpus()} if answer.drained_gpus() and decision.action == "drain" else {})}
     record(settings.state_dir, entry)

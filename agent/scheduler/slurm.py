@@ -1,39 +1,37 @@
-"""The Slurm gate (NHC's conventions): drain on a bad verdict, resume our own drain after N healthy
-checks, never touch what is not ours, and a circuit breaker so a wrong profile cannot empty a cluster.
+"""The Slurm gate's adapter: the only code that calls scontrol/sinfo for a decision (issue 30.12).
 
-Ownership (ownership.py): ours only while Slurm shows the reason, user and time this gate recorded
-after its drain; anything else (an admin's "maint: PSU swap" or "nodewarden: held by admin", an
-edited reason, NHC's) is never changed or cleared, and a node in down, maint, reboot, planned or power
-states is left alone. Resume (`State=RESUME`) only clears our own drain, after `resume_after`
-consecutive healthy checks (the count survives between runs in the state dir), and with
-`require_accept` only after a passing `nodewarden accept` since the drain. Our reason is never
-rewritten while drained: its time, as Slurm stamped it, orders the breaker. The checks and
-subjects that caused the drain (and any that turned bad while it lasts) are kept with it; a
-resume needs each back as `pass`. The breaker (breaker.py) counts before the drain and again
-after it, and undoes our own drain past the limit: no more than max(breaker_percent of the
-partition, breaker_min_nodes) stay drained however checks interleave; a critical log line,
-`action=breaker` in the trail and the metrics.
+It reads what a decision rests on (the node and the cluster from Slurm, the node's memory and drain
+mark and the acceptance result from the state dir), asks agent.scheduler.policy's pure `decide`,
+and carries the plan out: `scontrol update`, then for a drain the breaker's re-count (breaker.after)
+and, past the limit, the undo; then it keeps the memory the plan names. NHC's conventions:
+ownership (ownership.py) is proven from what Slurm shows, never guessed; the breaker (breaker.py)
+holds however checks interleave; a dry run says what would run and writes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from agent.report.verdict import DEGRADED
+from agent.errors import NodewardenError
+from agent.fsutil import open_lock_file
 from agent.scheduler import breaker
 from agent.scheduler.answer import Answer, short
-from agent.scheduler.ownership import PREFIX, mark_of, proven, recall_mark, remember_mark
+from agent.scheduler.ownership import mark_of, recall_mark, remember_mark
+from agent.scheduler.policy import Plan, Seen, decide, hands_off, reason_for
 from agent.scheduler.settings import MIN_UPDATE_S, Deadline, HealthSettings
-from agent.scheduler.slurm_cli import NodeState, Slurm, SlurmError
-from agent.scheduler.state import accepted_since
-from agent.scheduler.trail import MAX_CAUSES, Memory, recall, remember
+from agent.scheduler.slurm_cli import Slurm, SlurmError
+from agent.scheduler.state import accepted_since, folder
+from agent.scheduler.trail import Memory, recall, remember
 
-MAX_REASON = 100  # characters of our reason, prefix included (sinfo's default column shows ~20)
-# States an operator or Slurm itself owns: never drained, resumed or re-reasoned by us.
-HANDS_OFF = frozenset({"DOWN", "MAINT", "PLANNED", "FUTURE", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED",
-                       "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "POWERING_UP", "POWER_UP"})
+__all__ = ["Decision", "act", "hands_off", "reason_for"]
+
+LOCK_POLL_S = 0.05
+NO_LOCK_S = 30.0  # without a deadline (tests, a caller of its own), the longest wait for the node's lock
 
 
 @dataclass
@@ -45,46 +43,88 @@ class Decision:
     argv: list[str] = field(default_factory=list)  # the scontrol update run (or, dry run, that would run)
 
 
-def hands_off(state: NodeState) -> str | None:
-    touched = sorted(f for f in state.flags if f in HANDS_OFF or f.startswith(("REBOOT", "POWER")))
-    return "+".join(touched) if touched else None
+def act(answer: Answer, node: str, settings: HealthSettings, *, dry_run: bool,
+        slurm: Slurm | None = None, deadline: Deadline | None = None, drain_only: bool = False) -> Decision:
+    """Look at the node in Slurm and act on `answer` (dry run: say what would be run, change nothing).
 
-
-def reason_for(answer: Answer) -> str:
-    return short(f"{PREFIX} {answer.worst(MAX_REASON)}", MAX_REASON)
-
-
-def decide(answer: Answer, node: str, settings: HealthSettings, *, dry_run: bool,
-           slurm: Slurm | None = None, deadline: Deadline | None = None) -> Decision:
-    """Look at the node in Slurm and act on `answer` (dry run: say what would be run, change nothing)."""
-    state_dir = settings.state_dir
-    memory = recall(state_dir, node)
-
-    def keep(new: Memory) -> None:
-        if not dry_run:
-            remember(state_dir, node, new)
-
-    if answer.verdict is None:
-        keep(Memory(0, memory.drained_at, memory.causes))  # an undecided check breaks the healthy streak
-        return Decision("unknown", f"cannot decide ({answer.how}): {answer.why}; nothing done", node)
+    One gate run per node at a time (the periodic HealthCheckProgram and the event-driven gate may
+    start together): the node's lock is held from the first read to the last write, waited for
+    within the deadline. `drain_only` (the event gate): a plan other than a drain is not carried
+    out and keeps no memory, so resuming stays the periodic check's, counted by its own runs."""
     try:
-        slurm = slurm or Slurm(settings, deadline)
-        state = slurm.node(node)
-    except SlurmError as exc:
-        return Decision("failed", f"cannot read the node from Slurm: {exc}; nothing done", node, answer.verdict)
-    decision = _decide(answer, state, settings, slurm, memory, dry_run, keep)
+        with _node_lock(settings, node, deadline):
+            return _act(answer, node, settings, dry_run, slurm, deadline, drain_only)
+    except TimeoutError as exc:
+        return Decision("failed", f"{exc}; nothing done", node, answer.verdict)
+    except (OSError, NodewardenError) as exc:
+        return Decision("failed", f"cannot lock the node's gate: {exc}; nothing done", node, answer.verdict)
+
+
+@contextlib.contextmanager
+def _node_lock(settings: HealthSettings, node: str, deadline: Deadline | None) -> Iterator[None]:
+    fd = open_lock_file(folder(settings.state_dir, create=True) / f"gate-{node}.lock")  # names are validated
+    try:
+        until = time.monotonic() + (max(deadline.left() - MIN_UPDATE_S, 0.0) if deadline else NO_LOCK_S)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= until:
+                    raise TimeoutError("another gate run holds this node's lock past the deadline") from None
+                time.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _act(answer: Answer, node: str, settings: HealthSettings, dry_run: bool, slurm: Slurm | None,
+         deadline: Deadline | None, drain_only: bool) -> Decision:
+    state_dir = settings.state_dir
+    memory, now = recall(state_dir, node), time.time()
+    accepted = (accepted_since(state_dir, memory.drained_at or now) if settings.require_accept
+                else (True, "acceptance not required"))
+    seen = Seen(answer, None, memory, None, {}, accepted, now)
+    if answer.verdict is not None:
+        try:
+            slurm = slurm or Slurm(settings, deadline)
+            seen = Seen(answer, slurm.node(node), memory, recall_mark(state_dir, node), slurm.seen, accepted, now)
+        except SlurmError as exc:
+            return Decision("failed", f"cannot read the node from Slurm: {exc}; nothing done", node, answer.verdict)
+    plan = decide(seen, settings)
+    if drain_only and plan.action not in ("drain", "breaker", "unknown"):
+        return Decision("none", f"event gate: {plan.why} (not carried out: the event gate only drains; resuming "
+                        "and counting healthy checks are the periodic health-check's)", node, answer.verdict)
+    decision, kept = _carry_out(plan, node, settings, slurm, dry_run)
+    if kept is not None and not dry_run:
+        remember(state_dir, node, kept)
     decision.verdict = answer.verdict
     return decision
 
 
-def _update(slurm: Slurm, decision: Decision, dry_run: bool) -> Decision:
+def _carry_out(plan: Plan, node: str, settings: HealthSettings, slurm: Slurm | None,
+               dry_run: bool) -> tuple[Decision, Memory | None]:
+    """Run the plan's update (none in a dry run): the decision made and the memory to keep."""
+    if plan.action not in ("drain", "resume") or slurm is None:
+        return Decision(plan.action, plan.why, node), plan.memory
+    argv = slurm.update_argv(node, "DRAIN", plan.reason) if plan.action == "drain" else slurm.update_argv(
+        node, "RESUME")
+    decision = Decision(plan.action, plan.why, node, argv=argv)
     if dry_run:
-        return decision
+        return decision, None
+    if plan.action == "drain":
+        short_of = _time_short(slurm)
+        if short_of:
+            return Decision("failed", f"not draining: {short_of}", node), None
     try:
-        slurm.call(decision.argv)
+        slurm.call(argv)
     except SlurmError as exc:
-        return Decision("failed", f"{decision.action} failed: {exc}", decision.node, argv=decision.argv)
-    return decision
+        return Decision("failed", f"{plan.action} failed: {exc}", node, argv=argv), plan.otherwise
+    if plan.action == "resume":
+        return decision, plan.memory
+    decision = _settle(slurm, settings, decision, plan.reason)
+    return decision, (plan.memory if decision.action == "drain"
+                      else plan.otherwise if decision.action == "breaker" else None)
 
 
 def _time_short(slurm: Slurm) -> str | None:
@@ -126,78 +166,3 @@ def _settle(slurm: Slurm, settings: HealthSettings, decision: Decision, reason: 
     except SlurmError as exc:
         return Decision("failed", f"{why}; undoing our drain failed: {exc}", name, argv=undo)
     return Decision("breaker", f"{why}: our drain undone, the node is back as it was", name, argv=undo)
-
-
-def _decide(answer: Answer, state: NodeState, settings: HealthSettings, slurm: Slurm, memory: Memory,
-            dry_run: bool, remember_: Callable[[Memory], None]) -> Decision:
-    name, verdict = state.name, str(answer.verdict)
-    held = hands_off(state)
-    if held:
-        remember_(Memory(0, memory.drained_at, memory.causes))
-        return Decision("none", f"node is {held}: left alone ({verdict})", name)
-    # Ours only when Slurm shows byte-for-byte the reason, user and time this gate marked (ownership.py)
-    owned = proven(state, recall_mark(settings.state_dir, name))
-    if (state.reason or state.drained) and not owned:
-        remember_(Memory(0, memory.drained_at, memory.causes))
-        return Decision("none", f"reason {short(state.reason, 60)!r} is not nodewarden's: left alone ({verdict})",
-                        name)
-    if settings.bad(verdict):
-        reason = reason_for(answer)
-        causes = tuple(dict.fromkeys([*memory.causes, *answer.causes(settings.drain_on == DEGRADED)]))[:MAX_CAUSES]
-        if state.drained and owned:
-            # drained by another run: from now on, and what is bad now must come back pass too
-            remember_(Memory(0, memory.drained_at or time.time(), causes))
-            # Never rewritten: the reason's time, as Slurm stamped our drain, orders the breaker.
-            now = "" if state.reason == reason else f"; the worst finding is now {reason!r} (our reason kept)"
-            return Decision("none", f"already drained by nodewarden: {state.reason}{now}", name)
-        if not state.partitions:
-            return Decision("unknown", "cannot decide: the node is in no partition Slurm names readably, so "
-                            "the breaker cannot be counted; not draining", name)
-        open_ = breaker.before(slurm.seen, state, settings)
-        if open_:
-            remember_(Memory(0, memory.drained_at, memory.causes))
-            return Decision("breaker", open_, name)
-        short_of = _time_short(slurm)
-        if short_of and not dry_run:
-            return Decision("failed", f"not draining: {short_of}", name)
-        decision = _update(slurm, Decision("drain", f"{verdict}: {reason}", name,
-                                           argv=slurm.update_argv(name, "DRAIN", reason)), dry_run)
-        if decision.action == "drain" and not dry_run:
-            decision = _settle(slurm, settings, decision, reason)
-        if decision.action == "drain":
-            remember_(Memory(0, time.time(), causes))
-        elif decision.action == "breaker":
-            remember_(Memory(0, memory.drained_at, memory.causes))
-        return decision
-    if not (state.drained and owned):
-        remember_(Memory(0, None))
-        return Decision("none", f"{verdict}: nothing to do", name)
-    # No resume without positive evidence: each check and subject that caused the drain must be back as
-    # `pass`. unknown, skip or absent (a BMC gone dark, a source not read) is undecided, not healthy:
-    # it breaks the streak, and the trail says which. A drain whose causes were never recorded (another
-    # state dir, a lost file) has nothing that could come back: an operator resumes it.
-    undecided = (answer.undecided(memory.causes) if memory.causes
-                 else ["the drain's causes are not recorded here (resume it by hand)"])
-    if undecided:
-        remember_(Memory(0, memory.drained_at or time.time(), memory.causes))
-        more = f" and {len(undecided) - 4} more" if len(undecided) > 4 else ""
-        return Decision("none", f"{verdict}, but undecided: {'; '.join(undecided[:4])}{more}; a resume needs "
-                        "each cause of the drain back as pass", name)
-    healthy = memory.healthy + 1
-    # A drain of ours this state dir did not see start (another state dir, a lost file): an
-    # acceptance run must still come after it, so it counts from now, never from the epoch.
-    memory = Memory(memory.healthy, memory.drained_at or time.time(), memory.causes)
-    if healthy < settings.resume_after:
-        remember_(Memory(healthy, memory.drained_at, memory.causes))
-        return Decision("none", f"{verdict}: healthy {healthy} of {settings.resume_after} checks before resume", name)
-    if settings.require_accept:
-        passed, why = accepted_since(settings.state_dir, memory.drained_at or time.time())
-        if not passed:
-            remember_(Memory(healthy, memory.drained_at, memory.causes))
-            return Decision("none", f"{verdict}, but resume waits for acceptance: {why}", name)
-    decision = _update(slurm, Decision("resume", f"{verdict} for {healthy} checks: resuming our drain", name,
-                                       argv=slurm.update_argv(name, "RESUME")), dry_run)
-    remember_(Memory(0, None) if decision.action == "resume" else Memory(healthy, memory.drained_at, memory.causes))
-    return decision
-
-

@@ -6,6 +6,10 @@
                  the daemon (`DaemonStateFile.update`, after each evaluation and as polls confirm it).
                  Each action names its GPUs (`gpus`: agent.report.gpu_identity's objects, as in the
                  JSON report); a GPU lost since the daemon started keeps the UUID NVML gave it before.
+* verdict.json   written by the daemon, after daemon.json, only when the node's verdict changes
+                 ({verdict, at}): what the event-driven gate waits for (agent.scheduler.trigger, or
+                 systemd's nodewarden-gate.path). Its content is never trusted: the gate it starts
+                 reads daemon.json by the usual rule; a change is all it says.
 * decision.json  health-check's last decision ({at, action, verdict, node, why}): the daemon exports it
                  (`nodewarden_health_check_last_run_timestamp_seconds`, `..._action{action}`), since
                  health-check runs as its own short process.
@@ -38,7 +42,7 @@ from agent.scheduler.settings import DEFAULT_MAX_AGE_S
 
 log = logging.getLogger("nodewarden.scheduler")
 
-STATE_FILE, DECISION_FILE = "daemon.json", "decision.json"
+STATE_FILE, DECISION_FILE, VERDICT_FILE = "daemon.json", "decision.json", "verdict.json"
 MAX_STATE_BYTES = 256 << 10
 MAX_SMALL_BYTES = 16 << 10
 MAX_ACCEPT_BYTES = 4 << 20  # last.json carries the run's drift too
@@ -92,6 +96,7 @@ class DaemonStateFile:
         # by its UUID in the state file (agent.report.gpu_identity).
         self._gpus: dict[str, GpuIdentity] = {}
         self._swept = False  # the temporary files a killed daemon left: removed before the first write
+        self._signalled: str | None = None  # the verdict verdict.json last said (the event gate's trigger)
 
     def follow(self, state_dir: Path, poll_intervals: dict[str, float]) -> bool:
         """A reload's settings: whether they moved the file (written there at the next update)."""
@@ -100,6 +105,7 @@ class DaemonStateFile:
             return False
         self.state_dir, self.fresh_for_s = where
         self._report, self._failed, self._swept = None, None, False  # rewritten, and that folder swept
+        self._signalled = None
         return True
 
     def _sweep(self, path: Path) -> None:
@@ -141,6 +147,20 @@ class DaemonStateFile:
             return
         self._failed = None
         self._report, self._written_at, self._written_confirmed = report, now, confirmed_at
+        self._signal(path.parent)
+
+    def _signal(self, where: Path) -> None:
+        """Say in verdict.json that the verdict changed (after daemon.json: a gate it starts reads the new one)."""
+        verdict = self._summary.get("verdict")
+        if verdict == self._signalled:
+            return
+        try:
+            replace_file(where / VERDICT_FILE, _dump({"verdict": verdict, "at": time.time()}), 0o644)
+        except (OSError, NodewardenError) as exc:  # the periodic health-check still sees daemon.json
+            log.error("could not write the verdict-change file: %s", exc,
+                      extra={"fields": {"event": "state_file", "error": str(exc)}})
+            return
+        self._signalled = str(verdict)
 
 
 def read_state(state_dir: Path, max_age_s: float | None, now: float | None = None, *,

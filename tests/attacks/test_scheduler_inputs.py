@@ -16,7 +16,7 @@ import pytest
 
 from agent.scheduler.answer import Answer
 from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm import decide, reason_for
+from agent.scheduler.slurm import act, reason_for
 from agent.scheduler.state import accepted_since, read_state
 from agent.scheduler.trail import MAX_LINE, record
 
@@ -115,7 +115,7 @@ DRAIN = Answer("DRAIN", "state file", actions=GOOD["actions"])  # type: ignore[a
 def test_a_hung_scontrol_is_cut_at_its_timeout_and_nothing_is_done(tmp_path: Path) -> None:
     settings = fake_tools(tmp_path, "exec sleep 60", "echo")
     started = time.monotonic()
-    decision = decide(DRAIN, "n1", settings, dry_run=False)
+    decision = act(DRAIN, "n1", settings, dry_run=False)
     assert time.monotonic() - started < 5
     assert decision.action == "failed" and "timed out after 1 s" in decision.why
 
@@ -124,7 +124,7 @@ def test_a_flooding_sinfo_is_cut_and_the_drain_withheld(tmp_path: Path) -> None:
     log = tmp_path / "updates"
     settings = fake_tools(tmp_path, f'[ "$1" = update ] && echo "$@" >>{log}; {SHOW}',
                           "exec yes 'n2|nodewarden: x'")
-    decision = decide(DRAIN, "n1", settings, dry_run=False)
+    decision = act(DRAIN, "n1", settings, dry_run=False)
     assert decision.action == "failed" and "more than" in decision.why
     assert not log.exists()
 
@@ -137,7 +137,7 @@ def test_a_foreign_reason_that_merely_mentions_us_is_not_ours(tmp_path: Path) ->
                           """'"reason": "maint: nodewarden: said so", "partitions": ["gpu"]}]}'""")
     healthy = Answer("OK", "state file")
     for answer in (healthy, healthy, DRAIN):
-        decision = decide(answer, "n1", settings, dry_run=False)
+        decision = act(answer, "n1", settings, dry_run=False)
         assert decision.action == "none" and "not nodewarden's" in decision.why
     assert not log.exists()
 
