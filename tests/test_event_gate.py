@@ -80,29 +80,41 @@ def test_the_daemon_signals_a_verdict_change_only(tmp_path: Path) -> None:
 def test_follow_runs_once_at_start_then_once_per_change_and_coalesces(tmp_path: Path) -> None:
     state = DaemonStateFile(tmp_path, {})
     stop = threading.Event()
-    runs: list[float] = []
+    runs: list[int] = []
 
     def run(argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
-        runs.append(time.monotonic())
+        runs.append(len(runs))
         if len(runs) == 2:  # two more changes while this run goes: one more run, not two
             daemon_says(state, HEALTHY)
             daemon_says(state, LOST_GPU)
-        if len(runs) == 3:
-            stop.set()
         return 0, "ran"
 
     follower = threading.Thread(target=follow, args=(tmp_path, ["gate"], stop),
                                 kwargs={"timeout_s": 5.0, "poll_s": 0.02, "run": run})
     follower.start()
-    time.sleep(0.2)
-    assert runs == []  # no daemon yet: nothing to run
-    daemon_says(state, LOST_GPU)
-    follower.join(timeout=10)
-    assert not follower.is_alive() and len(runs) == 3, runs
+    try:
+        time.sleep(0.3)
+        assert runs == []  # no daemon yet: nothing to run
+        daemon_says(state, LOST_GPU)  # the first verdict: one run
+        time.sleep(0.3)
+        assert runs == [0]  # and none more while nothing changes
+        daemon_says(state, LOST_GPU)  # a new evaluation, the same verdict: no signal, no run
+        time.sleep(0.3)
+        assert runs == [0]
+        daemon_says(state, HEALTHY)  # a change: one run, during which two more come: one more run
+        time.sleep(0.5)
+        assert runs == [0, 1, 2], runs
+    finally:
+        stop.set()
+        follower.join(timeout=10)
+    assert not follower.is_alive()
     stop.clear()
-    again: list[float] = []
-    count = follow(tmp_path, ["gate"], stop, timeout_s=5.0, poll_s=0.02,
-                   run=lambda a, t: (again.append(0.0), stop.set(), (0, ""))[2])
+
+    def run_and_stop(argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
+        stop.set()
+        return 0, ""
+
+    count = follow(tmp_path, ["gate"], stop, timeout_s=5.0, poll_s=0.02, run=run_and_stop)
     assert count == 1  # a follower started later catches up once on the file that is there
 
 

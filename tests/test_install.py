@@ -53,7 +53,7 @@ def test_install_lays_out_units_config_credential_and_state(run_cli: RunCli, tmp
 
 def test_installed_units_verify_and_are_hardened(run_cli: RunCli, tmp_path: Path) -> None:
     installed(run_cli, tmp_path)
-    for name in ("nodewarden.service", "nodewarden-audit.timer", "nodewarden-apply.service"):
+    for name in ("nodewarden.service", "nodewarden-audit.timer", "nodewarden-apply.service", "nodewarden-gate.path"):
         proc = analyze("verify", "--man=no", str(tmp_path / SYSTEM / name))
         assert proc.returncode == 0 and proc.stderr.strip() == "", (name, proc.stderr)
     assert exposure(tmp_path / SYSTEM / "nodewarden.service") <= 2.0

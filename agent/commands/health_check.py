@@ -60,6 +60,8 @@ def health_check(simulate: str | None, snapshot: Path | None, config_path: Path 
         raise click.UsageError("--dry-run goes with --slurm")
     if (event or follow) and not slurm:
         raise click.UsageError("--event and --follow go with --slurm")
+    if event and follow:
+        raise click.UsageError("--follow runs --event gates itself: choose one")
     name = node or default_node()
     if not valid_node_name(name):
         raise click.BadParameter(f"{name[:80]!r}: a Slurm node name is 1-64 of A-Z a-z 0-9 . _ -, "
@@ -70,7 +72,7 @@ def health_check(simulate: str | None, snapshot: Path | None, config_path: Path 
     if fail_on:
         settings = dataclasses.replace(settings, drain_on=fail_on)
     if follow:
-        _follow(settings, name, config_path, simulate, snapshot, dry_run, max_age, deadline, fail_on)
+        _follow(settings, name, config_path, simulate, snapshot, dry_run, max_age, fail_on)
     audit = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, bmc=bmc_options(config, bmc))
     outcome = run_health_check(HealthRequest(audit, settings, name, "slurm" if slurm else "npd" if npd else "plain",
                                              dry_run, event))
@@ -80,7 +82,7 @@ def health_check(simulate: str | None, snapshot: Path | None, config_path: Path 
 
 
 def _follow(settings: Any, node: str, config_path: Path | None, simulate: str | None, snapshot: Path | None,
-            dry_run: bool, max_age: float | None, deadline: float | None, fail_on: str | None) -> None:
+            dry_run: bool, max_age: float | None, fail_on: str | None) -> None:
     """The event gate's trigger without systemd (agent.scheduler.trigger), until SIGTERM or SIGINT."""
     import signal
     import threading

@@ -74,7 +74,7 @@ def follow(state_dir: Path, argv: Sequence[str], stop: threading.Event, *, timeo
     while not stop.is_set():
         now = stamp(state_dir)
         if now is not None and (first or now != last):
-            last = now
+            last, first = now, False
             started = time.monotonic()
             code, said = run(argv, timeout_s)
             runs += 1
@@ -83,6 +83,5 @@ def follow(state_dir: Path, argv: Sequence[str], stop: threading.Event, *, timeo
             if on_run is not None:
                 on_run(code, said)
             continue  # a change while it ran: looked at at once
-        first = first and now is None
         stop.wait(poll_s)
     return runs

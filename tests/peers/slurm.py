@@ -10,6 +10,7 @@ never start sit in the same partition, so the circuit breaker has a partition to
 
 from __future__ import annotations
 
+import contextlib
 import ctypes  # noqa: F401 - loaded here: the child started as user munge cannot read the interpreter's tree
 import os
 import pwd
@@ -140,13 +141,27 @@ def _wait(what: str, ready: Callable[[], bool], timeout_s: float, log: Path) -> 
     raise AssertionError(f"{what} did not come up in {timeout_s} s:\n{tail}")
 
 
+class SlurmUnavailable(RuntimeError):
+    """The Slurm peer cannot run here (its tools are missing, or not root)."""
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
+    try:
+        with running_cluster() as cluster:
+            yield cluster
+    except SlurmUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[SlurmCluster]:
+    """The cluster, for the tests' fixture and for benchmarks (benchmarks/bench_event_gate.py)."""
     missing = [name for name, path in TOOLS.items() if not os.access(path, os.X_OK)]
     if missing:
-        pytest.fail(f"{', '.join(missing)} not installed: {INSTALL_HINT}", pytrace=False)
+        raise SlurmUnavailable(f"{', '.join(missing)} not installed: {INSTALL_HINT}")
     if os.geteuid() != 0:
-        pytest.fail("the Slurm peer runs slurmd as root (HealthCheckProgram); run the tests as root", pytrace=False)
+        raise SlurmUnavailable("the Slurm peer runs slurmd as root (HealthCheckProgram); run the tests as root")
     # Not under pytest's 0700 temp root: munged runs as user munge and must reach its own folder.
     root = Path(tempfile.mkdtemp(prefix="nodewarden-slurm-"))
     root.chmod(0o755)
