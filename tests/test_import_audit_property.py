@@ -246,3 +246,33 @@ def test_links_stop_at_what_fs_links_json_may_hold(tmp_path: Path, run_cli: RunC
     assert (tmp_path / "snap" / "fs_links.json").stat().st_size <= 5 << 10
     index = (tmp_path / "snap" / INDEX_FILE).read_text()
     assert "fs_links.json holds at most" in index
+
+
+def test_nvml_and_redfish_parts_past_what_audit_reads_are_not_recorded(
+        tmp_path: Path, run_cli: RunCli, empty_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader's bound is the writer's: with both scaled down (nvml.json to 2 KiB, a Redfish resource to
+    16 KiB), an import whose NVML recording or one resource is larger names it as not recorded, and audit
+    reads the rest (it refused the whole snapshot when the writer did not know the reader's bound)."""
+    from agent.importers import base
+    from agent.sources import nvml_replay, redfish_client
+
+    for module, name, size in ((base, "NVML_MAX_BYTES", 2 << 10), (nvml_replay, "RECORDING_MAX_BYTES", 2 << 10),
+                               (base, "REDFISH_MAX_BYTES", 16 << 10),
+                               (redfish_client, "RECORDED_RESOURCE_MAX_BYTES", 16 << 10)):
+        monkeypatch.setattr(module, name, size, raising=False)
+    smi = REPO / "fixtures/nvidia-smi/gpud/nvidia-smi-query.535.161.08.out.0.valid.txt"
+    alone = run_cli("snapshot", "import", str(smi), "--out", str(tmp_path / "alone"))
+    assert alone.code == 2 and "nothing of the inputs could be recorded" in alone.stderr, alone.stderr
+    assert "audit reads of nvml.json; not recorded" in alone.stderr
+    kmsg = next(p for p in sorted((REPO / "fixtures" / "kmsg").iterdir()) if p.is_file() and p.suffix != ".md")
+    report = _imported_then_audited(run_cli, tmp_path / "nvml", empty_config, smi, kmsg)
+    assert report is not None and not (tmp_path / "nvml" / "nvml.json").exists()
+    assert "audit reads of nvml.json; not recorded" in (tmp_path / "nvml" / INDEX_FILE).read_text()
+    tree = REPO / "fixtures/redfish/supermicro-x10"
+    big = tree / "redfish/v1/Systems/1/LogServices/Log1/Entries/index.json"
+    assert big.stat().st_size > 16 << 10
+    report = _imported_then_audited(run_cli, tmp_path / "rf", empty_config, tree)
+    assert report is not None
+    assert not (tmp_path / "rf" / big.relative_to(tree)).exists()
+    assert (tmp_path / "rf" / "redfish/v1/Systems/1/index.json").exists()
+    assert "audit reads of one resource; not recorded" in (tmp_path / "rf" / INDEX_FILE).read_text()

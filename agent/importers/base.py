@@ -35,6 +35,9 @@ from typing import IO, Any, Protocol
 
 from agent.errors import SnapshotError
 from agent.importers.nvml_merge import GpuPart, adopt_full, merge_parts, new_document
+from agent.sources.local_sources import json_recording
+from agent.sources.nvml_replay import RECORDING_MAX_BYTES as NVML_MAX_BYTES
+from agent.sources.redfish_client import RECORDED_RESOURCE_MAX_BYTES as REDFISH_MAX_BYTES
 
 HEAD_BYTES = 64 * 1024  # what `detect` sees
 MAX_FS_FILE = 1 << 20  # what SnapshotFs will read of one sysfs/procfs value
@@ -152,13 +155,16 @@ class Builder:
         self.fs_owner[path] = self.current
         return True
 
-    def put_link(self, path: str, target: str) -> bool:
+    def put_link(self, path: str, target: str, result: Contribution | None = None) -> bool:
         """Record a link; False when the path is taken or fs_links.json would outgrow what audit reads
-        (LINKS_BUDGET: 100,000 members with 4 KB targets once could, issue 31)."""
+        (LINKS_BUDGET: 100,000 members with 4 KB targets once could, issue 31), which `result` is told."""
         if path in self.links or path in self.fs:
             return False
         cost = len(json.dumps(path)) + len(json.dumps(target)) + 8
         if self.links_bytes + cost > LINKS_BUDGET:
+            if result is not None:
+                result.skipped.append(f"/{path}: a link past the {LINKS_BUDGET >> 20} MiB fs_links.json holds at "
+                                      "most; not recorded")
             return False
         self.links[path] = target
         self.links_bytes += cost
@@ -193,6 +199,10 @@ class Builder:
         return added
 
     def set_nvml(self, document: dict[str, Any], result: Contribution) -> bool:
+        if (size := nvml_size(document)) > NVML_MAX_BYTES:
+            result.skipped.append(f"the NVML recording: {size} bytes, more than the {NVML_MAX_BYTES >> 20} MiB "
+                                  "audit reads of nvml.json; not recorded")
+            return False
         if self.nvml is not None and self.nvml_partial:  # partial captures came first: their facts stay
             self.nvml, self.nvml_owners, skipped = adopt_full(self.nvml, self.nvml_owners, self.nvml_from or "",
                                                               document, self.current)
@@ -240,6 +250,10 @@ class Builder:
         key = "/".join([*parts, "index.json"])
         if key in self.redfish:
             result.skipped.append(f"{clean}: already given by an earlier input")
+            return False
+        if len(body) > REDFISH_MAX_BYTES:
+            result.skipped.append(f"{clean}: {len(body)} bytes, more than the {REDFISH_MAX_BYTES >> 20} MiB audit "
+                                  "reads of one resource; not recorded")
             return False
         self.redfish[key] = body
         if self.current not in self.redfish_from:
@@ -329,3 +343,8 @@ def run_importer(importer: Importer, data: bytes | IO[bytes] | io.RawIOBase, bui
                          path=name) from exc
     finally:
         builder.current = previous
+
+
+def nvml_size(document: dict[str, Any]) -> int:
+    """nvml.json's size as the import writes it: what audit's reader bounds (NVML_MAX_BYTES)."""
+    return len(json_recording(document))

@@ -137,6 +137,11 @@ def import_inputs(paths: list[Path], out: Path, forced: dict[str, str] | None = 
             finish(builder, entries)
     if not builder.captured:
         problems = [f"{e.name}: {e.error}" for e in entries if e.error][:3]
+        if not problems:  # a kind it reads, but nothing of it could be kept: say why, not "no kind"
+            problems = [f"{e.name}: {e.skipped[0]}" for e in entries if e.kind != "unknown" and e.skipped][:3]
+            if problems:
+                raise SnapshotError("nothing to import: nothing of the inputs could be recorded "
+                                    f"({'; '.join(problems)})")
         raise SnapshotError("nothing to import: no input holds a kind nodewarden reads"
                             + (f" ({'; '.join(problems)})" if problems else ""))
     write_output_dir(out, lambda tmp: _write(tmp, builder, entries))

@@ -144,7 +144,7 @@ class EthtoolImporter:
             if link in builder.links and builder.links[link] != f"../../../bus/pci/devices/{bus}":
                 result.skipped.append(f"{block.name} bus-info {bus}: the interface's device is already recorded")
             else:
-                builder.put_link(link, f"../../../bus/pci/devices/{bus}")
+                builder.put_link(link, f"../../../bus/pci/devices/{bus}", result)
                 builder.add_dir(base)
                 what.append(f"PCI {bus}")
         elif bus and bus not in ("n/a", "tap"):

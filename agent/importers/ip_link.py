@@ -175,7 +175,7 @@ class IpLinkImporter:
                 result.skipped.append(f"{iface.name} {link.split('_')[0]} {other[:40]!r}: not an interface "
                                       "listed here, not recorded")
                 continue
-            builder.put_link(f"{base}/{link}", f"../{other}")
+            builder.put_link(f"{base}/{link}", f"../{other}", result)
         if iface.kind == "bond":
             builder.add_dir(f"{base}/bonding")
             mode = iface.bond_mode

@@ -387,8 +387,7 @@ class LspciImporter:
             for path, value in sysfs.files:
                 written += builder.put_fs(path, value, result, newline=True)
             for link, target in sysfs.links:
-                builder.put_link(link, kernfs_relpath(posixpath.dirname(link), target))
-                links += 1
+                links += builder.put_link(link, kernfs_relpath(posixpath.dirname(link), target), result)
             for directory in sysfs.dirs:
                 builder.add_dir(directory)
         with_link = sum(1 for fn in functions if fn.lnk_cap and fn.lnk_sta)

@@ -446,7 +446,7 @@ def _ip_address(text: str, builder: Builder, result: Contribution) -> set[str]:
                 builder.put_fs(f"{base}/operstate", m.group(1).lower() + "\n", result)
             if m := re.search(r"\bmaster ([A-Za-z0-9_.:-]{1,15})\b", rest):
                 master = f"../{m.group(1)}" if base == f"sys/class/net/{name}" else f"/sys/class/net/{m.group(1)}"
-                builder.put_link(f"{base}/master", master)
+                builder.put_link(f"{base}/master", master, result)
             continue
         words = line.split()
         if current is None or not words:

@@ -31,6 +31,8 @@ from agent.sources.nvml_const import (
 )
 from agent.sources.nvml_facts import MAX_GPUS, MAX_PROCESSES
 
+RECORDING_MAX_BYTES = 8 << 20  # of nvml.json read back; an import writes no more (agent.importers.base)
+
 # GPU-scope field key <-> the call it stands for ("NVML_FI_DEV_POWER_AVERAGE:0" <-> nvmlDeviceGetPowerUsage).
 FIELD_CALLS = {f"{name}:{nvml_const.NVML_POWER_SCOPE_GPU}": call for name, call in GPU_POWER_FIELDS.items()}
 CALL_FIELDS = {call: key for key, call in FIELD_CALLS.items()}
@@ -134,7 +136,7 @@ class RecordedNvml:
     @classmethod
     def from_file(cls, path: Path) -> RecordedNvml:
         try:  # 8 GPUs record ~40 KB, 5 levels deep; 8 MB bounds what parsing can allocate
-            data = load_json_file(path, max_bytes=8 << 20, max_depth=32)
+            data = load_json_file(path, max_bytes=RECORDING_MAX_BYTES, max_depth=32)
         except JsonInputError as exc:  # names the line; says which bound or syntax error
             raise SnapshotError(f"unreadable NVML recording: {exc.message}", path=str(path), line=exc.line) from None
         except OSError as exc:

@@ -30,6 +30,8 @@ ROOT = "/redfish/v1"
 # Resource paths from the BMC are validated before they become URLs or files.
 _PATH_RE = re.compile(r"^/redfish/v1(?:/[A-Za-z0-9_.\-:@%!$()*+,;=~]+)*$")
 
+RECORDED_RESOURCE_MAX_BYTES = 32 << 20  # one recorded resource read back; an import writes no larger one
+
 
 class RedfishError(Exception):
     """A GET that failed, with a reason fit for a finding."""
@@ -348,7 +350,7 @@ class RecordedRedfish:
         clean = valid_path(path)
         file = self.base / clean.lstrip("/") / "index.json"
         try:
-            body = load_json_file(file, max_bytes=32 << 20)
+            body = load_json_file(file, max_bytes=RECORDED_RESOURCE_MAX_BYTES)
         except FileNotFoundError:
             raise _recorded_error(path, file.parent) from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:
