@@ -250,3 +250,5 @@ class BmcFacts(NamedTuple):
     # skips them); NOT_READ where the parser did not set it, Unsupported where the BMC has no Storage.
     drives: Maybe[tuple[BmcDrive, ...]] = NOT_READ
     volumes: Maybe[tuple[BmcVolume, ...]] = NOT_READ
+    # Sensors (the newer layout) of types no check judges, (ReadingType, count): said, never silent (31.2)
+    sensors_not_judged: tuple[tuple[str, int], ...] = ()

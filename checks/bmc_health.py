@@ -235,6 +235,13 @@ def evaluate_temperatures(facts: NodeFacts, profile: Profile) -> list[Finding]:
         findings.append(with_source(finding, facts))
     if skipped:
         findings.append(not_judged_summary(TEMPERATURES, expectation, skipped, "sensor(s)", facts))
+    if bmc.sensors_not_judged:  # readings nodewarden cannot place: said, so silence is never mistaken for health
+        kinds = ", ".join(f"{count} {kind}" for kind, count in bmc.sensors_not_judged)
+        total = sum(count for _, count in bmc.sensors_not_judged)
+        findings.append(with_source(TEMPERATURES.finding(
+            "other sensors", Status.SKIP, expectation.severity,
+            f"{total} BMC sensor(s) of types no check judges: {kinds}",
+            observed=dict(bmc.sensors_not_judged)), facts))
     return findings
 
 

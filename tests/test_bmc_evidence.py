@@ -142,18 +142,22 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("firmware.consistency", "bmc"): "skip",  # no firmware inventory on this BMC
     },
     "cray-ex-cmm-chassis-controller": {
+        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
         ("bmc.health_rollup", "system"): "skip",  # a cabinet controller has no ComputerSystem
         # Rectifiers report State Enabled and no Health: not reported is unknown, never a critical fail.
         ("bmc.psu", "Rectifier 0"): "unknown",
         ("bmc.psu", "Rectifier 1"): "unknown",
         ("bmc.psu", "Rectifier 2"): "unknown",
         ("bmc.psu", "Rectifier 3"): "unknown",
-        ("bmc.fans", "bmc"): "skip",
-        ("bmc.temperatures", "bmc"): "skip",
+        ("bmc.fans", "bmc"): "skip",  # no fan of its own, in any layout
+        # No Thermal: its Sensors (issue 31.2) give 12 temperatures, 10 in range and two (IVOC12_0/1) with
+        # no reading, which are not compared.
+        ("bmc.temperatures", "not compared"): "skip",
         ("bmc.switches", "bmc"): "skip",
         # (the front-zone leak episodes were each followed by "all sensors dry": resolved; alarms Armed = dry)
     },
     "cray-ex420-intel-blade": {
+        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",  # three Mezz Power/Thermal documents were held back upstream
         ("bmc.reachable", "/redfish/v1/Chassis/Mezz2/Power"): RESOURCE_404,
         ("bmc.reachable", "/redfish/v1/Chassis/Mezz3/Power"): RESOURCE_404,
@@ -164,14 +168,17 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.events", "EventLog:ResourceEvent.ResourceErrorsDetected"): "warn",
     },
     "cray-ex425-amd-milan-blade": {
+        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",
         ("bmc.reachable", "/redfish/v1/Chassis/Mezz0/Power"): RESOURCE_404,
         ("bmc.reachable", "/redfish/v1/Managers/MCU0"): RESOURCE_404,
-        ("bmc.temperatures", "not compared"): "skip",  # CPU temperatures with a null reading
+        # Its node chassis' Sensors replace their Thermal (the newer layout, issue 31.2): the CPU temperatures
+        # Thermal listed with a null reading are not among them, so nothing is "not compared" any more.
         ("bmc.switches", "bmc"): "skip",
         # (the fatal 12V_HSS over-temperature and CPU1 VDR under-voltage were each cleared later: history)
     },
     "cray-ex4252-amd-genoa-blade": {
+        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",
         # The three LeakIndicator alarms answered HTTP 500 (a Lua stack trace): unknown, never "dry".
         ("bmc.reachable", "/redfish/v1/Chassis/Enclosure/Oem/Alarms/LeakIndicatorEarly"): "unknown",
@@ -192,6 +199,7 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.switches", "bmc"): "skip",
     },
     "cray-slingshot-switch-blade": {
+        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
         ("bmc.health_rollup", "system"): "skip",  # a switch controller has no ComputerSystem
         # 24 cable sensors reading exactly their 60 C caution threshold with no health while the ASIC is at
         # 40 C and 18 of the cables are Absent: the BMC echoing the threshold, not 24 hot cables.
@@ -227,15 +235,18 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.health_rollup", "system"): "skip",
     },
     "powershelf_delta": {
+        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",
         **{("bmc.reachable", f"/redfish/v1/{p}"): RESOURCE_404 for p in (
             "Chassis/PowerShelf_0/ThermalSubsystem", "Managers", "UpdateService")},
         ("bmc.health_rollup", "system"): "skip",
-        ("bmc.fans", "bmc"): "unknown", ("bmc.temperatures", "bmc"): "unknown",  # ThermalSubsystem not read
+        # ThermalSubsystem not read, but the shelf's Sensors (issue 31.2) hold its 32 temperatures and 12 fan
+        # speeds, all in range: judged (pass), no longer unknown.
         ("bmc.leak", "bmc"): "skip", ("bmc.switches", "bmc"): "skip", ("bmc.events", "bmc"): "skip",
         ("firmware.consistency", "bmc"): "skip",
     },
     "powershelf_liteon": {
+        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",
         **{("bmc.reachable", f"/redfish/v1/{p}"): RESOURCE_404 for p in (
             "Chassis/PowerShelf_0/PowerSubsystem", "Chassis/PowerShelf_0/Thermal", "Chassis/powershelf/Thermal",
@@ -243,7 +254,7 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.health_rollup", "system"): "skip",
         # every PSU of the shelf is in Standby: standby, not failed
         **{("bmc.psu", f"Power Supply {i}"): "skip" for i in range(6)},
-        ("bmc.fans", "bmc"): "unknown", ("bmc.temperatures", "bmc"): "unknown",
+        # No Thermal, but its Sensors (issue 31.2): 21 temperatures and 6 fan speeds, all in range (pass).
         ("bmc.leak", "bmc"): "skip", ("bmc.switches", "bmc"): "skip", ("bmc.events", "bmc"): "skip",
         ("firmware.consistency", "bmc"): "skip",
     },

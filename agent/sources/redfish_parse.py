@@ -31,6 +31,7 @@ from agent.sources.bios_registry import EnumRegistry, parse_attribute_registry
 from agent.sources.redfish_fields import ROOT, Problems, Res
 from agent.sources.redfish_logs import is_hardware_log, log_entries
 from agent.sources.redfish_registry import name_rank, registry_id
+from agent.sources.redfish_sensors import SensorReadings, chassis_of, merged, read_sensors
 from agent.sources.redfish_storage import parse_storage
 
 NOT_CAUSES = ("SoftwareInventory.", "LogService.", "LogEntry.", "Collection", "Session.", "EventDestination.",
@@ -118,7 +119,8 @@ def _temperature(t: Res) -> BmcTemperature:
         upper_fatal=t.num("UpperThresholdFatal"), state=state, health=health, context=context, where=t.path)
 
 
-def _thermal(res: Mapping[str, dict[str, Any]], problems: Problems) -> tuple[list[BmcTemperature], list[BmcFan]]:
+def _thermal(res: Mapping[str, dict[str, Any]], problems: Problems, sensors: SensorReadings
+             ) -> tuple[list[BmcTemperature], list[BmcFan]]:
     temperatures: list[BmcTemperature] = []
     fans: list[BmcFan] = []
     for thermal in _of_type(res, "Thermal.", problems):
@@ -133,7 +135,10 @@ def _thermal(res: Mapping[str, dict[str, Any]], problems: Problems) -> tuple[lis
             state, health, _ = fan.status()
             fans.append(BmcFan(name=fan.name("Name", "Id"), reading=fan.obj("SpeedPercent").num("Reading"),
                                units="Percent", state=state, health=health, where=fan.path))
-    return temperatures, fans
+    # The Sensors layout (agent.sources.redfish_sensors): a chassis' temperature sensors replace its
+    # Thermal.Temperatures; its fan sensors count only where the chassis describes no fan itself.
+    described = frozenset(c for c in (chassis_of(f.where) for f in fans) if c)
+    return merged(temperatures, sensors.temperatures), merged(fans, sensors.fans, keep_legacy_of=described)
 
 
 def _psu(p: Res) -> BmcPsu:
@@ -476,12 +481,19 @@ def parse_bmc(walk: WalkResult, insecure: bool = False) -> BmcFacts:
         if bios:
             facts["bios_version"] = bios[0].version
 
-    temperatures, fans = _thermal(res, problems)
+    legacy = frozenset(c for c in (chassis_of(t.path) for t in _of_type(res, "Thermal.", problems)) if c)
+    sensors = read_sensors(_of_type(res, "#Sensor.", problems), legacy)
+    temperatures, fans = _thermal(res, problems, sensors)
     psus, redundancy, consumed = _power(res, problems)
-    have_thermal = bool(_of_type(res, "Thermal.", problems) or _of_type(res, "ThermalSubsystem.", problems))
+    if consumed is None and sensors.chassis_power_w:
+        consumed = sensors.chassis_power_w[sorted(sensors.chassis_power_w)[0]]
+    facts["sensors_not_judged"] = tuple(sorted(sensors.not_placed.items()))
+    legacy_thermal = bool(_of_type(res, "Thermal.", problems) or _of_type(res, "ThermalSubsystem.", problems))
+    have_thermal = legacy_thermal or bool(sensors.temperatures)
+    have_fans = legacy_thermal or bool(sensors.fans)
     have_power = bool(_of_type(res, "Power.", problems) or _of_type(res, "PowerSubsystem.", problems))
     facts["temperatures"] = tuple(_unique_names(temperatures)) if have_thermal else missing("thermal data", "Thermal")
-    facts["fans"] = tuple(_unique_names(fans)) if have_thermal else missing("fans", "Thermal")
+    facts["fans"] = tuple(_unique_names(fans)) if have_fans else missing("fans", "Thermal")
     facts["psus"] = tuple(_unique_names(psus)) if have_power else missing("power supplies", "Power")
     facts["redundancy"] = tuple(redundancy) if have_power else missing("power redundancy", "Power")
     facts["power_consumed_w"] = consumed if consumed is not None else Unsupported("no PowerConsumedWatts")
