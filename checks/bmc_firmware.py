@@ -128,6 +128,33 @@ def component_model(item: FirmwareItem) -> str:
     return f"{key}|{model.strip().lower()}" if model and model.strip() else key
 
 
+def _id_kind(item: FirmwareItem) -> str | None:
+    """What the member id says the component is ("DPU_NIC", "HGX_FW_GPU_SXM_3" -> "hgx_fw_gpu_sxm_#"),
+    or None when the id says nothing (HPE's "1", "2", ...; no id)."""
+    kind = _without_instance(item.component_id or "")
+    return kind if re.search(r"[a-z]", kind) else None
+
+
+def component_models(items: list[FirmwareItem]) -> list[str]:
+    """Each item's group key (`component_model`), except where one display name covers components the
+    member ids tell apart (a BlueField BMC names all 11 members "Software Inventory": BMC, ATF, UEFI,
+    NIC, OFED...): the name does not identify them, so the id does, with the model (SoftwareId, the
+    RelatedItem's Model) as before. Display name last (issue 31.3)."""
+    keys = [component_model(item) for item in items]
+    kinds: dict[str, set[str | None]] = defaultdict(set)
+    for key, item in zip(keys, items, strict=True):
+        kinds[key].add(_id_kind(item))
+    out = []
+    for key, item in zip(keys, items, strict=True):
+        told_apart = len(kinds[key]) > 1 and None not in kinds[key] and "__" not in (item.component_id or "")
+        if not told_apart:
+            out.append(key)
+            continue
+        model, kind = item.model or item.software_id, f"id:{_id_kind(item)}"
+        out.append(f"{kind}|{model.strip().lower()}" if model and model.strip() else kind)
+    return out
+
+
 def readable_version(item: FirmwareItem) -> bool:
     """False for an image the BMC could not read: UnavailableOffline, "undefined", all zeros."""
     version = item.version.strip()
@@ -162,11 +189,11 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
     groups: dict[str, list[FirmwareItem]] = defaultdict(list)
     models: dict[str, str] = {}
     unreadable: dict[str, list[FirmwareItem]] = defaultdict(list)
-    for item in bmc.firmware:
-        # Dell also lists the previous and the staged image of a component; GPU VBIOS (the inventory's
-        # images and the GPU Processors' FirmwareVersion) is gpu.firmware.vbios's to judge.
-        if item.installed and not is_gpu_vbios_image(item):
-            (groups if readable_version(item) else unreadable)[component_model(item)].append(item)
+    # Dell also lists the previous and the staged image of a component; GPU VBIOS (the inventory's
+    # images and the GPU Processors' FirmwareVersion) is gpu.firmware.vbios's to judge.
+    judged = [item for item in bmc.firmware if item.installed and not is_gpu_vbios_image(item)]
+    for item, key in zip(judged, component_models(judged), strict=True):
+        (groups if readable_version(item) else unreadable)[key].append(item)
     if isinstance(bmc.switches, tuple):
         for switch in bmc.switches:
             if switch.firmware:
@@ -176,6 +203,8 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
     for key, items in sorted(groups.items()):
         if len(items) < 2:
             continue
+        if key.startswith("id:"):  # told apart by id, not by the name they share: shown by id
+            items = [i._replace(name=i.component_id) for i in items]
         versions = sorted({i.version for i in items})
         label = group_label(items, models.get(key))
         gaps = unreadable.get(key, [])
@@ -197,4 +226,4 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
     return findings
 
 
-__all__ = ["CONSISTENCY", "FIRMWARE", "Severity", "component_model", "is_gpu_vbios_image"]
+__all__ = ["CONSISTENCY", "FIRMWARE", "Severity", "component_model", "component_models", "is_gpu_vbios_image"]

@@ -139,6 +139,28 @@ def test_firmware_consistency_names_the_odd_one(h100: Profile) -> None:
     assert finding.observed == {"00.1A.1B": 1, "00.1D.2A": 5}
 
 
+# A BlueField-3 BMC's FirmwareInventory as NVIDIA's BMC documents it: every member's Name is "Software Inventory";
+# the member ids say what each image is (ids and versions written for this test, after that layout).
+BLUEFIELD = (("BMC_Firmware", "BF-24.04-5"), ("Bluefield_FW_ERoT", "00.02.0182.0000_n02"), ("DPU_ATF", "v2.2(release)"),
+             ("DPU_BOARD", "MBF3M332A-AENOT"), ("DPU_BSP", "4.7.0.13127"), ("DPU_NIC", "32.41.1000"),
+             ("DPU_NODE", "bluefield"), ("DPU_OFED", "24.04-0.6.6"), ("DPU_OS", "DOCA_2.7.0_BSP_4.7.0"),
+             ("DPU_SYS_IMAGE", "b83e:0003:0079:2c2b"), ("DPU_UEFI", "4.7.0-42-g13081ae"))
+
+
+def test_one_display_name_over_different_components_is_no_mixed_firmware(h100: Profile) -> None:
+    """Issue 31.3: grouping by display name called 11 different images one component with mixed firmware."""
+    items = tuple(FirmwareItem("Software Inventory", version, ident) for ident, version in BLUEFIELD)
+    findings = CONSISTENCY.run(node(healthy_bmc(firmware=items)), h100)
+    assert [f for f in findings if f.status is not Status.PASS] == [], [f.message for f in findings]
+    # The same component on several devices is still compared: four NVSwitches' images, one odd, told by id.
+    switches = tuple(FirmwareItem("Software Inventory", "2.0.4" if i != 2 else "1.9.8", f"HGX_FW_NVSwitch_{i}")
+                     for i in range(4))
+    result = by_subject(CONSISTENCY.run(node(healthy_bmc(firmware=items + switches)), h100))
+    odd = [f for f in result.values() if f.status is Status.FAIL]
+    assert len(odd) == 1 and "HGX_FW_NVSwitch_2 1.9.8" in odd[0].message, [f.message for f in result.values()]
+    assert odd[0].observed == {"1.9.8": 1, "2.0.4": 3}
+
+
 def test_events_in_the_window_deduplicated(h100: Profile) -> None:
     entries = (BmcLogEntry("Sel", "10", "Critical", "PS3 failure detected", "2026-11-19T22:00:00Z", "PSU0003"),
                BmcLogEntry("Sel", "11", "Critical", "PS3 failure detected", "2026-11-19T23:00:00Z", "PSU0003"),
