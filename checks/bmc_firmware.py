@@ -200,11 +200,11 @@ def evaluate_consistency(facts: NodeFacts, profile: Profile) -> list[Finding]:
                 groups[f"switch:{switch.model or '?'}"].append(FirmwareItem(switch.name, switch.firmware,
                                                                             switch.name))
                 models[f"switch:{switch.model or '?'}"] = switch.model or "switch"
-    for key, items in sorted(groups.items()):
-        if len(items) < 2:
+    for key, grouped in sorted(groups.items()):
+        if len(grouped) < 2:
             continue
-        if key.startswith("id:"):  # told apart by id, not by the name they share: shown by id
-            items = [i._replace(name=i.component_id) for i in items]
+        # told apart by id, not by the name they share: shown by id
+        items = [i._replace(name=i.component_id) for i in grouped] if key.startswith("id:") else grouped
         versions = sorted({i.version for i in items})
         label = group_label(items, models.get(key))
         gaps = unreadable.get(key, [])

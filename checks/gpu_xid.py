@@ -11,9 +11,8 @@ Evidence is this boot's kernel log only: a log that concatenates boots is cut
 at its last restart of the since-boot clock (parse_xids), and records with a
 wall-clock stamp older than the boot (observation time minus /proc/uptime) are
 dropped and counted, as Fabric Manager's entries are for `fabric.sxid`. A log that carries no time at
-all (`dmesg -t`, bare message text) cannot say whether an Xid is of this boot: its Xids are still
-reported, as history ("since boot cannot be established"): they warn with the catalogue's action and
-at most warning severity, and never fail or drain on their own.
+all (`dmesg -t`, bare message text) is what dmesg holds: the current boot, from its last boot banner
+on (`kmsg.boot_start`, issue 31.4); its Xids are judged as this boot's.
 
 Application Xids (action `restart_app` or `ignore`: 13, 31, 43, 45, ...) are
 faults in a program, not the GPU: they are reported (info for plain application
@@ -35,7 +34,7 @@ from agent.sources.kmsg import boot_time, predates_boot, timeless
 from agent.xid_catalog import APPLICATION_ACTIONS, Verdict, classify, rank
 from checks import Check
 
-HISTORY_NOTE = "the log carries no time: since boot cannot be established, judged as history"
+UNTIMED_NOTE = "the log carries no time stamps: what dmesg holds, the current boot from its last boot banner"
 
 XID = Check("gpu.xid", "Xid errors since boot", source="kmsg",
             evidence=("Xid records of this boot's kernel log mapped through NVIDIA's catalogue; application Xids "
@@ -99,7 +98,6 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         grouped.setdefault(key, {}).setdefault(event.xid, []).append(event)
     findings = []
     span = _span(facts)
-    history = span != "since boot"  # the log as a whole carries no time (events alone cannot tell: tests build them)
     for name in sorted(grouped, key=_natural):
         per_code = grouped[name]
         if not per_code:
@@ -116,10 +114,8 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
             parts.append(f"Xid {code}{times} ({info.description}; {event.message[:80]!r})")
         failing = worst.severity is Severity.CRITICAL and worst.action not in APPLICATION_ACTIONS
         severity, text = worst.severity, f"{name}: " + "; ".join(parts) + note
-        if history:
-            # Maybe an earlier boot's, maybe this one's: worth a look at the GPU now, not a drain on its own.
-            failing, text = False, f"{text} ({HISTORY_NOTE})"
-            severity = Severity.WARNING if severity is Severity.CRITICAL else severity
+        if span != "since boot":
+            text = f"{text} ({UNTIMED_NOTE})"
         findings.append(XID.finding(
             name, Status.FAIL if failing else Status.WARN, severity, text,
             observed={str(code): len(group) for code, group in sorted(per_code.items())},
@@ -132,7 +128,7 @@ def _span(facts: NodeFacts) -> str:
     """"since boot", or what a log without any time can say instead."""
     kmsg = facts.kmsg
     if isinstance(kmsg, tuple) and kmsg and all(timeless(r) for r in kmsg):
-        return f"in the log ({HISTORY_NOTE})"
+        return f"in the log ({UNTIMED_NOTE})"
     return "since boot"
 
 

@@ -12,9 +12,9 @@ job's own memory-cgroup OOM); at or under it, it passes. No event at all: one pa
 
 Evidence is this boot's kernel records only, as for `gpu.xid`: the kmsg reader's records (the log is
 never read again), cut at the last restart of the since-boot clock, and records whose wall-clock stamp
-predates the boot (observation time minus /proc/uptime) dropped and counted. An event seen only in
-records without any time (`dmesg -t`, bare text) is history: whether it is of this boot cannot be
-established, so over its limit it warns (at most warning severity) with that caveat. No kernel log in the
+predates the boot (observation time minus /proc/uptime) dropped and counted. A log without any time
+(`dmesg -t`, bare text) is what dmesg holds, the current boot, from its last boot banner on
+(`kmsg.boot_start`, issue 31.4): its events count with the catalogue's severity. No kernel log in the
 snapshot: nothing (source.available says so); an unreadable one: `unknown`, as `gpu.xid` says it.
 
 Profiles override any event under `expect.kernel_events.<id>`: `{max: N, severity, reason}` and
@@ -72,7 +72,7 @@ class _Seen(NamedTuple):
     first: KmsgRecord
     last: KmsgRecord
     examples: tuple[str, ...]
-    timed: int = 0  # records with a time (since boot or wall clock); 0: history only
+    timed: int = 0  # records with a time (since boot or wall clock); 0: a log without time stamps
     keys: tuple[tuple[str, int], ...] = ()  # per `per` key of the rule (a port): its count, MAX_KEYS at most
 
     def worst(self) -> int:
@@ -146,7 +146,7 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     seen, older = _collect(facts, kmsg)
     note = f" ({older} such records in the log predate this boot)" if older else ""
     if not seen:
-        span = "in the log (it carries no time: since boot cannot be established)" \
+        span = "in the log (no time stamps: the current boot, from its last boot banner)" \
             if kmsg and all(timeless(r) for r in kmsg) else "since boot"
         return [EVENTS.finding("node", Status.PASS, Severity.INFO,
                                f"no catalogued kernel fault message {span}{note}", observed={},
@@ -172,9 +172,9 @@ def _finding(rule: Rule, seen: _Seen, expectation: Expectation, note: str) -> Fi
         name, most = max(seen.keys, key=lambda kv: kv[1])
         allowed += f"; most on {rule.per} {name}: {most}"
     verdict = expectation.evaluate(seen.worst())
-    history = not seen.timed  # every record without a time: maybe an earlier boot's
-    when = " in a log without time (since boot cannot be established: judged as history)" if history \
-        else " since boot"
+    untimed = not seen.timed  # a log without time: the current boot's by its grammar (kmsg.boot_start)
+    when = (" in a log without time stamps (what dmesg holds: the current boot, from its last boot banner)"
+            if untimed else " since boot")
     message = f"{rule.title}: {times}{when}{allowed}; {where}{note}"
     if not verdict.comparable:  # a profile's limit that is not a number
         return EVENTS.finding(rule.id, Status.UNKNOWN, expectation.severity, f"{message}: {verdict.detail}",
@@ -183,8 +183,6 @@ def _finding(rule: Rule, seen: _Seen, expectation: Expectation, note: str) -> Fi
         return EVENTS.finding(rule.id, Status.PASS, expectation.severity, message, observed=observed,
                               expected=expectation.expected, reason=expectation.reason)
     severity = expectation.severity
-    if history and severity is Severity.CRITICAL:
-        severity = Severity.WARNING  # a look at the node now, not a drain on a record of unknown age
     status = Status.FAIL if severity is Severity.CRITICAL else Status.WARN
     return EVENTS.finding(rule.id, status, severity, message, observed=observed,
                           expected=expectation.expected, reason=expectation.reason,

@@ -89,6 +89,9 @@ CAUGHT = [
     ("BUG: kernel NULL pointer dereference, address: 0000000000000018", "kernel.oops"),
     ("BUG: unable to handle page fault for address: ffffffffdeadbeef", "kernel.oops"),
     ("Oops: 0000 [#1] SMP NOPTI", "kernel.oops"),
+    # net/core/dev.c netdev_wait_allrefs_any (6.x) and the older netdev_wait_allrefs spelling
+    ("unregister_netdevice: waiting for eth0 to become free. Usage count = 2", "net.unregister_netdevice"),
+    ("unregister_netdevice: waiting for lo to become free. Usage count = -1", "net.unregister_netdevice"),
     ("kernel BUG at mm/slub.c:4012!", "kernel.oops"),
     ("[  T4242] BUG: kernel NULL pointer dereference, address: 0000000000000008", "kernel.oops"),  # PRINTK_CALLER
     # nvidia-peermem.c peer_err (corpus: dmesg.peermem.log.0), nv_peer_mem peer_err ("nv_mem %s:%d ")

@@ -73,6 +73,7 @@ READ_AS: dict[str, str | None] = {
     "mlx5_core 0000:02:00.0 ens2f0np0: Link down": "net.link_flap",
     "mlx5_core 0000:01:00.0 enp1s0f0np0: Link down": "net.link_flap",
     "mlx5_core 0000:01:00.1 enp1s0f1np1: Link down": "net.link_flap",
+    "unregister_netdevice: waiting for vxlan1 to become free. Usage count = 11": "net.unregister_netdevice",
 }
 EDAC_CE_PREFIX = "EDAC MC0: 1 CE Single-symbol ChipKill ECC on 0x0000 (node:0 card:0 module:0 rank:0 bank:1026 "
 

@@ -48,6 +48,12 @@ def _dmesg_t() -> str:
     return "".join(f"{message}\n" for _, message in _iso_records())
 
 
+def _dmesg_plain() -> str:
+    """Plain `dmesg`: the same records with seconds since the first as the since-boot stamp."""
+    records = _iso_records()
+    return "".join(f"[{(when - records[0][0]).total_seconds() + 5:12.6f}] {message}\n" for when, message in records)
+
+
 def _reltime() -> str:
     """`dmesg -H`: a "[Nov15 05:39]" stamp when the minute changes, "[  +0.011128]" offsets between."""
     lines, last = [], None
@@ -227,17 +233,20 @@ def test_network_manager_counts_each_drop_once_in_every_spelling() -> None:
     assert (flap.subject, flap.status.value, flap.observed["port"]) == ("net.link_flap", "warn", {"ib0": 2, "ib1": 1})
 
 
-# --- no time at all: never refused, judged as history --------------------------------------------------
+# --- no time at all: never refused; what dmesg holds, the current boot (issue 31.4) --------------------
 
 
-def test_a_log_without_timestamps_is_imported_and_its_xids_are_history(run_cli: RunCli, tmp_path: Path,
-                                                                       empty_config: Path) -> None:
+def test_a_log_without_timestamps_is_imported_and_its_xids_are_this_boots(run_cli: RunCli, tmp_path: Path,
+                                                                          empty_config: Path) -> None:
     report = _import_and_audit(run_cli, tmp_path, _dmesg_t(), empty_config)
     gpu = _xid_findings(report)["pci:0000:19:00.0"]
-    # Xid 48 + 63 on one GPU: drain and reset if it is this boot's; of unknown age it warns, still asking for it
-    assert (gpu["status"], gpu["severity"], gpu["action"]) == ("warn", "warning", "drain")
-    assert "since boot cannot be established" in gpu["message"]
-    assert report["summary"]["fail"] == 0
+    # Xid 48 + 63 on one GPU in a dmesg without times: this boot's, so drain and reset, as with times
+    (tmp_path / "stamped").mkdir()
+    stamped = _import_and_audit(run_cli, tmp_path / "stamped", _dmesg_plain(), empty_config)
+    assert (gpu["status"], gpu["severity"], gpu["action"]) == ("fail", "critical", "drain")
+    assert {k: v for k, v in gpu.items() if k not in ("message", "evidence")} == {
+        k: v for k, v in _xid_findings(stamped)["pci:0000:19:00.0"].items() if k not in ("message", "evidence")}
+    assert "no time stamps" in gpu["message"]
 
 
 def test_bare_text_detection_wants_kernel_messages() -> None:
@@ -255,21 +264,50 @@ def _timeless(*messages: str) -> NodeFacts:
                      observed_at=dt.datetime(2025, 2, 13, tzinfo=dt.timezone.utc))
 
 
-def test_an_xid_79_without_time_is_reported_as_history() -> None:
-    facts = _timeless("NVRM: Xid (PCI:0000:19:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the "
-                      "bus.")
-    [finding] = [f for f in XID.run(facts, _base()) if f.observed == {"79": 1}]
-    assert finding.status.value == "warn" and finding.severity.value == "warning"
-    assert finding.action is not None and finding.action != "ignore"
-    assert "since boot cannot be established" in finding.message
+XID_79 = "NVRM: Xid (PCI:0000:19:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+BANNER = "Linux version 6.8.0-45-generic (buildd@lcy02-amd64-115) (x86_64-linux-gnu-gcc-13) #45-Ubuntu SMP"
+LOCKUP = "watchdog: BUG: soft lockup - CPU#12 stuck for 22s! [python:4242]"
 
 
-def test_a_kernel_event_without_time_warns_as_history() -> None:
-    facts = _timeless("watchdog: BUG: soft lockup - CPU#12 stuck for 22s! [python:4242]")
-    [finding] = EVENTS.run(facts, _base())
-    assert (finding.subject, finding.status.value, finding.severity.value) == ("kernel.soft_lockup", "warn",
-                                                                               "warning")
-    assert "since boot cannot be established" in finding.message
+def test_an_xid_79_without_time_is_this_boots() -> None:
+    [finding] = [f for f in XID.run(_timeless(XID_79), _base()) if f.observed == {"79": 1}]
+    assert (finding.status.value, finding.severity.value) == ("fail", "critical")
+    assert "no time stamps" in finding.message
+
+
+def test_a_kernel_event_without_time_counts_with_the_catalogues_severity() -> None:
+    [finding] = EVENTS.run(_timeless(LOCKUP), _base())
+    assert (finding.subject, finding.status.value, finding.severity.value) == ("kernel.soft_lockup", "fail",
+                                                                               "critical")
+    assert "without time stamps" in finding.message
+
+
+def test_a_boot_banner_in_timeless_text_says_what_is_an_earlier_boot() -> None:
+    """A console paste of two boots: the lockup and the Xid came before the last banner, so they are history."""
+    earlier = EVENTS.run(_timeless(LOCKUP, XID_79, BANNER, "NET: Registered PF_INET6 protocol family"), _base())
+    assert [(f.subject, f.status.value) for f in earlier] == [("node", "pass")]
+    assert all(f.status.value == "pass" for f in XID.run(_timeless(LOCKUP, XID_79, BANNER), _base()))
+    after = EVENTS.run(_timeless(XID_79, BANNER, LOCKUP), _base())
+    assert [(f.subject, f.status.value) for f in after] == [("kernel.soft_lockup", "fail")]
+
+
+@pytest.mark.parametrize("message", [
+    "BUG: kernel NULL pointer dereference, address: 0000000000000008",
+    "Oops: 0000 [#1] PREEMPT SMP NOPTI",
+    "general protection fault, probably for non-canonical address 0xdead000000000100: 0000 [#1] SMP NOPTI",
+    "INFO: task kworker/u512:3:1234 blocked for more than 122 seconds.",
+    "{1}[Hardware Error]: event severity: fatal",
+    "EXT4-fs (nvme0n1p2): Remounting filesystem read-only",
+    "unregister_netdevice: waiting for eth0 to become free. Usage count = 2",
+    "mce: [Hardware Error]: Machine check events logged",
+])
+def test_kernel_records_are_read_by_their_shape_with_or_without_a_stamp(message: str) -> None:
+    """The same record, bare and as dmesg prints it ([  t.tttttt]), gives the same finding."""
+    bare = EVENTS.run(_timeless(message), _base())
+    stamped = EVENTS.run(NodeFacts(host=host(), kmsg=parse_kmsg_text([f"[  812.004211] {message}"]),
+                                   observed_at=dt.datetime(2025, 2, 13, tzinfo=dt.timezone.utc)), _base())
+    assert [f.subject for f in bare] != ["node"], bare  # a catalogued event, not "nothing"
+    assert [(f.subject, f.status, f.severity) for f in bare] == [(f.subject, f.status, f.severity) for f in stamped]
 
 
 def _base() -> Any:

@@ -7,7 +7,8 @@ kind is what most of its first lines are. A stamped log keeps its kernel records
 continuation lines); a syslog file's user-space lines and pstore's "Panic#1 Part1" headers are
 recognised and left out, counted. A log without any stamp (`dmesg -t`, node-problem-detector's
 replay of bare message text) is kept whole when its lines look like kernel messages: its records
-carry no time, and the checks judge them as history (since boot cannot be established).
+carry no time, and the checks judge them as the current boot's from its last boot banner on
+(agent.sources.kmsg.boot_start: what dmesg holds is the current boot).
 Lines go to the snapshot's kmsg.txt as printed. `journalctl -k -o json`
 (one JSON object a line) is the exception: each record becomes an ISO-stamped
 line ("2025-01-02T07:20:12.123456+00:00 [  12.345678] msg") the reader parses.
@@ -174,8 +175,8 @@ class KernelLogImporter:
         if dropped:
             result.skipped.append(f"{dropped} line(s) that are no kernel log record")
         if mode == "bare":
-            result.contributed.append("the log carries no time stamps: since boot cannot be established, its "
-                                      "records are judged as history")
+            result.contributed.append("the log carries no time stamps: what dmesg holds, judged as the current "
+                                      "boot from its last boot banner ('Linux version ...') on")
         return result
 
 

@@ -160,6 +160,14 @@ RULES: tuple[Rule, ...] = (
     Rule("nvidia.peermem", "nvidia-peermem (GPUDirect RDMA) errors", _W, "contact_support",
          "GPUDirect RDMA memory registration failed or was torn down under a live mapping; repeats break RDMA jobs",
          (r"nvidia-peermem \S+:\d+ ERROR ", r"^nv_mem(?:ERR)? \S+:\d+ "), needle=("nvidia-peermem", "nv_mem")),
+    # net/core/dev.c (netdev_wait_allrefs / netdev_wait_allrefs_any): a device that keeps references after
+    # unregister, printed every 10 s while it waits (a refcount leak: container network namespaces cannot be
+    # torn down, pods stick in Terminating, `ip netns del` hangs; only a reboot frees it).
+    Rule("net.unregister_netdevice", "network device stuck unregistering (leaked references)", _W, "reboot",
+         "A network device waits forever for its last references: namespace teardown hangs (containers stuck "
+         "terminating) until the node reboots",
+         (r"unregister_netdevice: waiting for \S+ to become free\. Usage count = -?\d+",),
+         needle=("unregister_netdevice: waiting for",)),
     # drivers/net/ethernet/mellanox/mlx5/core/en_main.c (mlx5e_update_carrier: "Link down"), mlx4/en_netdev.c
     # ("Link Down"), intel igc/ixgbe/i40e/ice and broadcom bnxt_en/bnx2x (netdev_info "NIC Link is Down"), tg3
     # ("Link is down."); intel/igb/igb_main.c (netdev_info "igb: %s NIC Link is Down", the name twice; printk

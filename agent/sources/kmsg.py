@@ -24,8 +24,9 @@ records before the last restart belong to earlier boots (`boot_start`). The
 other formats carry a wall-clock stamp (`wall`, kept as printed) that
 `wall_time` reads, and `predates_boot` compares with the boot time, which is the
 observation time (now, or a snapshot's captured_at) minus /proc/uptime. `dmesg -H` prints a
-minute-precision stamp and then offsets: `parse_kmsg_text` adds them up into stamps. A record
-with neither (`timeless`) cannot be placed against the boot: the checks judge it as history.
+minute-precision stamp and then offsets: `parse_kmsg_text` adds them up into stamps. A log whose
+records carry neither (`timeless`: `dmesg -t`, a console paste) is what dmesg holds, the current
+boot, unless a boot banner inside it says a later boot began (`boot_start`).
 pstore's records under their "Panic#1 Part1" header are an earlier boot's (their since-boot clock
 says nothing about this one): their `wall` is EARLIER_BOOT, which `predates_boot` always is.
 """
@@ -299,11 +300,20 @@ def predates_boot(stamp: str | None, boot: dt.datetime | None, reference: dt.dat
     return when < boot.astimezone(dt.timezone.utc).replace(tzinfo=None) - TZ_SLACK - CLOCK_SLACK
 
 
+BOOT_BANNER_RE = lazy_compile(r"^Linux version \d+\.\d+")  # init/version.c: the first line of every boot
+
+
 def boot_start(records: Sequence[KmsgRecord]) -> int:
     """Index of the first record of the last boot in `records`: where the since-boot clock last went back.
 
-    Records without a since-boot time (wall-clock formats) neither start nor end a boot here.
+    Records without a since-boot time (wall-clock formats) neither start nor end a boot here. A log with no
+    time at all (`dmesg -t`, a console paste, journal MESSAGEs) is a dmesg of the current boot unless a boot
+    banner ("Linux version ...") inside it says a boot began: then the last banner starts the current boot
+    (issue 31.4).
     """
+    if records and all(timeless(r) for r in records):
+        banners = [i for i, r in enumerate(records) if BOOT_BANNER_RE().match(r.message)]
+        return banners[-1] if banners else 0
     start, high = 0, -1
     for index, record in enumerate(records):
         ts = record.ts_usec
