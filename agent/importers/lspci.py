@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from agent.importers.base import Builder, Contribution, InputError, decode_text
+from agent.importers.pci_ids import system_pci_names, system_vendors_longest_first
 
 # Name -> ID tables for what lspci printed as names (checked against pci.ids
 # 2023.04.10; see the report for the guessed subsystem IDs).
@@ -144,30 +145,41 @@ _HEXDUMP_RE = re.compile(r"^[0-9a-f]{2,3}: [0-9a-f]{2}( [0-9a-f]{2})*$")  # -xxx
 ACS_FLAGS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
 
 
+NAMES_ONLY = "capture `lspci -nn -vvv` (ids beside the names)"
+
+
 def split_vendor(text: str) -> tuple[int, str]:
-    """'Intel Corporation Device 09a2' -> (0x8086, 'Device 09a2')."""
+    """'Intel Corporation Device 09a2' -> (0x8086, 'Device 09a2'): our table, then the system's pci.ids."""
     for name in sorted(VENDORS, key=len, reverse=True):
         if text.startswith(name + " "):
             return VENDORS[name], text[len(name) + 1 :]
-    raise ValueError(f"unknown vendor in {text!r}: add it to VENDORS")
+    for name, vendor in system_vendors_longest_first():
+        if text.startswith(name + " "):
+            return vendor, text[len(name) + 1 :]
+    raise ValueError(f"no pci.ids here names the vendor of {text[:40]!r}; {NAMES_ONLY}")
 
 
-def device_id(vendor: int, name: str, table: dict[tuple[int, str], int]) -> int:
-    """'Device 2330' -> 0x2330; a named device goes through `table`."""
+def device_id(vendor: int, name: str, table: dict[tuple[int, str], int], *, subsystem: bool = False) -> int:
+    """'Device 2330' -> 0x2330; a named device goes through `table`, then the system's pci.ids."""
     match = re.fullmatch(r"Device ([0-9a-f]{4})", name)
     if match:
         return int(match.group(1), 16)
-    if (vendor, name) not in table:
-        raise ValueError(f"unknown device {vendor:04x} {name!r}: add it to the table")
-    return table[(vendor, name)]
+    if (vendor, name) in table:
+        return table[(vendor, name)]
+    names = system_pci_names()
+    found = (names.subsystems if subsystem else names.devices).get((vendor, name)) if names else None
+    if found is None:
+        raise ValueError(f"no pci.ids here names {'subsystem' if subsystem else 'device'} {name[:40]!r} of "
+                         f"{vendor:04x}; {NAMES_ONLY}")
+    return found
 
 
 def _ids(text: str, table: dict[tuple[int, str], int]) -> tuple[int, int]:
-    """(vendor, device) of "NAME [vvvv:dddd]" (-nn) or of a name in the tables."""
+    """(vendor, device) of "NAME [vvvv:dddd]" (-nn) or of a name in the tables (or pci.ids)."""
     if m := _IDS_RE.search(text):
         return int(m.group(1), 16), int(m.group(2), 16)
     vendor, name = split_vendor(text)
-    return vendor, device_id(vendor, name, table)
+    return vendor, device_id(vendor, name, table, subsystem=table is SUBSYSTEMS)
 
 
 def parse_header(line: str) -> PciFunction:
@@ -190,8 +202,10 @@ def parse_header(line: str) -> PciFunction:
         base = CLASSES[class_name]
     elif m := re.fullmatch(r".*\[([0-9a-f]{4})\]", class_name):
         base = int(m.group(1), 16)
+    elif (names := system_pci_names()) is not None and class_name in names.classes:
+        base = names.classes[class_name]
     else:
-        raise ValueError(f"unknown class {class_name!r}: add it to CLASSES")
+        raise ValueError(f"no pci.ids here names the class {class_name[:40]!r}; {NAMES_ONLY}")
     vendor, device = _ids(rest, DEVICES)
     return PciFunction(bdf=bdf, class_code=(base << 8) | prog_if, vendor=vendor, device=device, revision=revision,
                        domain=(domain or "0000").rjust(4, "0"))
