@@ -198,6 +198,8 @@ class CpuFacts(NamedTuple):
     scaling_driver: Maybe[str]
     idle_driver: Maybe[str]
     idle_states: Maybe[tuple[IdleState, ...]]
+    offline: Maybe[tuple[int, ...]] = NOT_READ  # /sys/devices/system/cpu/offline (issue 31.5)
+    smt_control: Maybe[str] = NOT_READ  # /sys/devices/system/cpu/smt/control: on, off, forceoff, notsupported
 
 
 class KmsgRecord(NamedTuple):

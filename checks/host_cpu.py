@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from agent.facts import NodeFacts
-from agent.model import Finding, Status, Unknown
+from agent.model import Finding, Severity, Status, Unknown
 from agent.profiles import Profile
 from checks import Check, expectation_schema
 
 GOVERNOR = Check("host.cpu.governor", "CPU frequency governor", source="host", remediation="cpu_governor",
                  expect_path=("cpu", "governor"), schema=expectation_schema(),
                  evidence="every online CPU's cpufreq scaling_governor; a mix names the CPUs")
+OFFLINE = Check("host.cpu.offline", "CPUs offline", source="host",
+                evidence="/sys/devices/system/cpu/offline, and smt/control where SMT was switched off")
+SMT_OFF = ("off", "forceoff")
 CSTATES = Check("host.cpu.cstates", "CPU idle states", source="host", expect_path=("cpu", "cstates"),
                 schema=expectation_schema("Compared with the exit latency (us) of the deepest idle state "
                                           "enabled on any online CPU."),
@@ -73,3 +76,28 @@ def evaluate_cstates(facts: NodeFacts, profile: Profile) -> list[Finding]:
     on = deepest.total_cpus - (deepest.disabled_cpus or 0)
     finding.message += f" (enabled on {on} of {deepest.total_cpus} CPUs)"
     return [finding]
+
+
+@OFFLINE.evaluator
+def evaluate_offline(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    """CPUs the kernel holds offline: capacity the scheduler believes the node has and it does not (a
+    `maxcpus=`, a CPU taken down by hand or by a machine check). Not recorded: nothing to judge (older
+    snapshots lack the file); SMT switched off (`nosmt`, smt/control off) explains up to half of them."""
+    cpu = facts.host.cpu
+    offline, online = cpu.offline, cpu.online
+    if isinstance(offline, Unknown) or not isinstance(online, tuple):
+        return []
+    if not offline:
+        return [OFFLINE.finding("node", Status.PASS, Severity.WARNING, f"all {len(online)} CPUs online",
+                                observed={"offline": ""}, expected="no CPU offline")]
+    smt = cpu.smt_control if isinstance(cpu.smt_control, str) else None
+    observed = {"offline": cpu_ranges(offline), "online": len(online), **({"smt": smt} if smt else {})}
+    if smt in SMT_OFF and len(offline) <= len(online):
+        return [OFFLINE.finding("node", Status.PASS, Severity.WARNING,
+                                f"{len(offline)} CPUs offline ({cpu_ranges(offline)}): the SMT siblings, SMT is {smt}",
+                                observed=observed, expected="no CPU offline but SMT siblings")]
+    return [OFFLINE.finding("node", Status.WARN, Severity.WARNING,
+                            f"{len(offline)} of {len(offline) + len(online)} CPUs offline ({cpu_ranges(offline)}): "
+                            "the node runs on fewer cores than it has (maxcpus=, a CPU taken offline by hand "
+                            "or after a machine check)", observed=observed, expected="no CPU offline",
+                            action="check_mechanicals")]

@@ -368,6 +368,8 @@ def read_cpu(fs: FsRoot) -> CpuFacts:
         scaling_driver=scaling_driver,
         idle_driver=idle_driver,
         idle_states=read_idle_states(fs, online),
+        offline=read_value(fs, f"{CPU_DIR}/offline", parse_cpu_list),
+        smt_control=read_value(fs, f"{CPU_DIR}/smt/control"),
     )
 
 
