@@ -29,6 +29,7 @@ from agent.facts_bmc import (
     BmcGpu,
     BmcLeakDetector,
     BmcLogEntry,
+    BmcPowerLimit,
     BmcPsu,
     BmcRedundancy,
     BmcSwitch,
@@ -42,9 +43,9 @@ from agent.model import SourceStatus, Unknown, Unsupported
 __all__ = [  # what callers import from here: this module's records and those of facts_base/_nvml/_bmc
     "CLOCK_EVENT_BITS", "IDLE_UTILIZATION_MAX_PCT", "NOT_READ", "NO_BASELINE", "NO_FABRIC", "PCI_ADDRESS_RE",
     "PCI_VENDOR_MELLANOX", "PCI_VENDOR_NVIDIA", "AcsControl", "Baseline", "BaselineGpu", "BiosSettings", "BmcBinding",
-    "BmcDrive", "BmcFacts", "BmcFan", "BmcGpu", "BmcLeakDetector", "BmcLogEntry", "BmcPsu", "BmcRedundancy",
-    "BmcSwitch", "BmcTemperature", "BmcVolume", "CpuFacts", "FabricFacts", "FirmwareItem", "GpuFacts", "HostFacts",
-    "IdleState", "IommuFacts",
+    "BmcDrive", "BmcFacts", "BmcFan", "BmcGpu", "BmcLeakDetector", "BmcLogEntry", "BmcPowerLimit", "BmcPsu",
+    "BmcRedundancy", "BmcSwitch", "BmcTemperature", "BmcVolume", "CpuFacts", "FabricFacts", "FirmwareItem",
+    "GpuFacts", "HostFacts", "IdleState", "IommuFacts",
     "KmsgRecord", "Maybe", "NetInterface", "NodeFacts", "NvSwitchError", "NvmlFacts", "PciFunction", "ProfileMatch",
     "RdmaDevice", "RdmaPort", "T", "XidEvent", "gpu_activity", "parse_kernel_cmdline",
 ]

@@ -72,6 +72,17 @@ class BmcRedundancy(NamedTuple):
     where: str = ""
 
 
+class BmcPowerLimit(NamedTuple):
+    """A power cap the BMC enforces (Power.PowerControl[].PowerLimit, or a `#Control` of type Power)."""
+
+    name: str
+    limit_w: float | None  # None: no cap set
+    exception: str | None = None  # LimitException: NoAction, HardPowerOff, LogEventOnly, Oem
+    capacity_w: float | None = None  # what the platform is rated for (PowerCapacityWatts, SettingRangeMax)
+    consumed_w: float | None = None
+    where: str = ""
+
+
 class BmcLeakDetector(NamedTuple):
     name: str
     detector_state: str | None = None  # OK, Warning, Critical
@@ -252,3 +263,4 @@ class BmcFacts(NamedTuple):
     volumes: Maybe[tuple[BmcVolume, ...]] = NOT_READ
     # Sensors (the newer layout) of types no check judges, (ReadingType, count): said, never silent (31.2)
     sensors_not_judged: tuple[tuple[str, int], ...] = ()
+    power_limits: Maybe[tuple[BmcPowerLimit, ...]] = NOT_READ  # issue 31.5

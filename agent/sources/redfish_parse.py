@@ -20,6 +20,7 @@ from agent.facts import (
     BmcGpu,
     BmcLeakDetector,
     BmcLogEntry,
+    BmcPowerLimit,
     BmcPsu,
     BmcRedundancy,
     BmcSwitch,
@@ -177,6 +178,26 @@ def _power(res: Mapping[str, dict[str, Any]], problems: Problems
                     health=health, min_needed=r.integer("MinNeededInGroup"),
                     members=len(r.links("RedundancyGroup")), where=subsystem.path))
     return psus, redundancy, consumed
+
+
+def _power_limits(res: Mapping[str, dict[str, Any]], problems: Problems) -> list[BmcPowerLimit]:
+    """Power caps: the legacy PowerControl's PowerLimit, and `#Control` resources of type Power (a
+    disabled control caps nothing)."""
+    out: list[BmcPowerLimit] = []
+    for power in _of_type(res, "Power.", problems):
+        for control in power.items("PowerControl"):
+            limit = control.obj("PowerLimit")
+            out.append(BmcPowerLimit(control.name("Name", "MemberId"), limit.num("LimitInWatts"),
+                                     limit.text("LimitException"), control.num("PowerCapacityWatts"),
+                                     control.num("PowerConsumedWatts"), control.path))
+    for control in _of_type(res, "#Control.", problems):
+        if (control.text("ControlType") or "") != "Power":
+            continue
+        enabled = (control.text("ControlMode") or "Automatic") not in ("Disabled", "Override")
+        out.append(BmcPowerLimit(control.name("Name", "Id"), control.num("SetPoint") if enabled else None,
+                                 control.text("LimitException") or control.obj("Oem").obj("Hpe").text("LimitException"),
+                                 control.num("SettingRangeMax"), control.obj("Sensor").num("Reading"), control.path))
+    return out
 
 
 def _leaks(res: Mapping[str, dict[str, Any]], problems: Problems, errors: Mapping[str, _Failure]
@@ -488,6 +509,7 @@ def parse_bmc(walk: WalkResult, insecure: bool = False) -> BmcFacts:
     if consumed is None and sensors.chassis_power_w:
         consumed = sensors.chassis_power_w[sorted(sensors.chassis_power_w)[0]]
     facts["sensors_not_judged"] = tuple(sorted(sensors.not_placed.items()))
+    facts["power_limits"] = tuple(_unique_names(_power_limits(res, problems)))
     legacy_thermal = bool(_of_type(res, "Thermal.", problems) or _of_type(res, "ThermalSubsystem.", problems))
     have_thermal = legacy_thermal or bool(sensors.temperatures)
     have_fans = legacy_thermal or bool(sensors.fans)

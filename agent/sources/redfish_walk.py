@@ -91,6 +91,7 @@ def children(path: str, body: dict[str, Any]) -> list[str]:
     elif "Chassis." in kind:
         links = [link(body, "Thermal"), link(body, "Power"), link(body, "ThermalSubsystem"),
                  link(body, "PowerSubsystem"), link(body, "Sensors"),  # Sensors: OpenBMC, Cray EX (issue 31.2)
+                 link(body, "Controls"),  # power caps as `#Control` (issue 31.5)
                  link(body, "Oem", "Alarms")]  # HPE Cray: leak alarms
         # Its drives: `chassis_drives` (a whole walk only, the drives after everything else).
     elif "ThermalSubsystem." in kind:
