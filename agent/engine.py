@@ -290,6 +290,7 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems, misfit=forced_misfit(profile, identity) if selection.how == "forced" else "",
+        id_conflicts=identity.id_conflicts,
     ), binding=binding)
     checks = select_checks(all_checks(), request.only, request.skip)
     # A source that was not asked for (not in the snapshot, not configured) is

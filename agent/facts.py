@@ -287,6 +287,7 @@ class ProfileMatch(NamedTuple):
     also_matched: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
     misfit: str = ""  # forced: what of the hardware the profile's `match:` does not fit (matching.forced_misfit)
+    id_conflicts: tuple[str, ...] = ()  # the GPU's own report over its PCI id (matching.Identity.id_conflicts)
 
 
 @dataclass

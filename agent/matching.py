@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from agent.errors import ProfileError
 from agent.facts import BmcFacts, HostFacts, NodeFacts, NvmlFacts
-from agent.gpu_family import UNKNOWN, GpuClass, classify, node_family
+from agent.gpu_family import ARCHITECTURES, UNKNOWN, GpuClass, classify, name_architecture, node_family
 from agent.model import Unknown
 from agent.profiles import FALLBACK_PROFILE, NO_GPU_PROFILE, MatchRule, Profile, ProfileStore
 
@@ -34,6 +34,9 @@ class Identity(NamedTuple):
     nvidia_driver: bool = False  # /proc/driver/nvidia or the nvidia module: meant to be a GPU node
     source: str = "host"  # host (PCI, DMI) | nvml (no GPU in the PCI tree) | bmc (Redfish: no host in the audit)
     classes: tuple[GpuClass, ...] = ()  # each GPU's family (agent.gpu_family), from what it reports
+    # Where a GPU's own report (NVML name, architecture) contradicts its PCI id's model: said, and the
+    # identity follows the GPU (issue 31.6)
+    id_conflicts: tuple[str, ...] = ()
 
     @property
     def family(self) -> GpuClass | None:
@@ -77,7 +80,7 @@ GPU_MODEL_PCI_IDS = {
     "NVIDIA H200": "10de:2335", "NVIDIA GH200 480GB": "10de:2342",
     "NVIDIA A100-SXM4-80GB": "10de:20b2", "NVIDIA A100-SXM4-40GB": "10de:20b0",
     "NVIDIA A100 80GB PCIe": "10de:20b5", "NVIDIA A100-PCIE-40GB": "10de:20f1",
-    "NVIDIA B200": "10de:2901", "B200 180GB HBM3e": "10de:2901",
+    "NVIDIA B200": "10de:2901", "B200 180GB HBM3e": "10de:2901", "NVIDIA GB200": "10de:2941",
     "NVIDIA L40S": "10de:26b9", "NVIDIA L40": "10de:26b5", "NVIDIA L4": "10de:27b8",
     "NVIDIA A10": "10de:2236", "NVIDIA A10G": "10de:2237", "NVIDIA A30": "10de:20b7", "NVIDIA A40": "10de:2235",
     "Tesla T4": "10de:1eb8", "Tesla V100-PCIE-16GB": "10de:1db4", "Tesla V100-PCIE-32GB": "10de:1db6",
@@ -144,7 +147,59 @@ def identify(host: HostFacts, nvml: NvmlFacts | Unknown | None = None) -> Identi
     modules = host.modules if isinstance(host.modules, dict) else {}
     driver = not isinstance(host.nvidia_driver, Unknown) or "nvidia" in modules or bool(nvml_gpus)
     classes = _classes(host, nvml)
-    return Identity(ids, count, dmi, (*_untold(classes), *problems), driver, source, classes)
+    ids, conflicts = _by_the_gpus_word(ids, source, gpus if not isinstance(gpus, Unknown) else (), nvml_gpus)
+    return Identity(ids, count, dmi, (*_untold(classes), *problems), driver, source, classes, conflicts)
+
+
+_PCI_ID_MODELS: dict[str, str] = {}
+for _model, _pci_id in GPU_MODEL_PCI_IDS.items():
+    _PCI_ID_MODELS.setdefault(_pci_id, _model)
+
+
+def _by_the_gpus_word(ids: tuple[str, ...], source: str, on_pci: Iterable[Any], nvml_gpus: Iterable[Any]
+                      ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The PCI ids, each replaced where the GPU's own report (NVML's name and architecture) says another
+    architecture than the model that id is known as (a placeholder id: NVIDIA's mock, an engineering
+    sample): by the id its name is known by, else dropped, so the name and family choose the profile. The
+    id table refines here, it never overrules the GPU; an id or a name it does not know is left as it is."""
+    if not ids:
+        return ids, ()
+    reports = []
+    for gpu in nvml_gpus:
+        arch = gpu.architecture if isinstance(gpu.architecture, int) and gpu.architecture in ARCHITECTURES else None
+        name = gpu.name if isinstance(gpu.name, str) else None
+        if name and arch is None:
+            arch = name_architecture(name)
+        reports.append((gpu.pci_bus_id.lower() if isinstance(gpu.pci_bus_id, str) else None,
+                        gpu.pci_id.lower() if isinstance(gpu.pci_id, str) else None, name, arch))
+    by_bus = {bus: (name, arch) for bus, _, name, arch in reports if bus}
+    if source == "host":
+        pairs = [(f.pci_id, *by_bus.get(f.address.lower(), (None, None))) for f in on_pci]
+    else:
+        pairs = [(pci_id, name, arch) for _, pci_id, name, arch in reports if pci_id]
+    fixed: dict[str, str | None] = {}
+    conflicts: list[str] = []
+    for pci_id, name, arch in pairs:
+        if name is None or arch is None or pci_id in fixed:
+            continue
+        model = _PCI_ID_MODELS.get(pci_id)
+        named = GPU_MODEL_PCI_IDS.get(name)
+        if model is None:  # an id nodewarden does not know: a name it knows says which model it is
+            if named is not None and named != pci_id and pci_id.startswith("10de:"):
+                fixed[pci_id] = named
+                conflicts.append(f"PCI id {pci_id} is no model nodewarden knows, the GPU says {name!r} "
+                                 f"({ARCHITECTURES[arch]}): judged by the GPU's own report, as {named}")
+            continue
+        id_arch = name_architecture(model)
+        if id_arch is None or id_arch == arch:
+            continue
+        fixed[pci_id] = named
+        conflicts.append(f"PCI id {pci_id} is an {model} ({ARCHITECTURES[id_arch]}), the GPU says {name!r} "
+                         f"({ARCHITECTURES[arch]}): judged by the GPU's own report"
+                         + (f", as {named}" if named else ", by its name and family"))
+    if not fixed:
+        return ids, ()
+    return tuple(new for old in ids if (new := fixed.get(old, old)) is not None), tuple(conflicts)
 
 
 def _untold(classes: Iterable[GpuClass]) -> tuple[str, ...]:

@@ -22,6 +22,20 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
     match = facts.profile_match
     if match is None:
         return []
+    findings = _selection(facts, profile)
+    conflicts = match.id_conflicts
+    if conflicts:  # the GPU's own word beat a stale or placeholder PCI id (issue 31.6): said as a state
+        findings.append(PROFILE_MATCH.finding(
+            "gpu identity", Status.WARN, Severity.WARNING, "; ".join(conflicts[:2]),
+            observed=list(conflicts), expected="the PCI id and the GPU's own report name one model",
+            reason="A PCI id that contradicts the GPU's name and architecture is a placeholder (a mock, an "
+                   "engineering sample) or a misread: the profile follows what the GPU reports"))
+    return findings
+
+
+def _selection(facts: NodeFacts, profile: Profile) -> list[Finding]:
+    match = facts.profile_match
+    assert match is not None
     if match.how == "no_gpu":
         return [PROFILE_MATCH.finding(
             "node", Status.SKIP, Severity.INFO,

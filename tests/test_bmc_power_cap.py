@@ -57,3 +57,21 @@ def test_a_cap_far_below_the_rating_warns_and_a_fitting_one_passes() -> None:
         **lenovo, "PowerControl": [{**lenovo["PowerControl"][0],
                                     "PowerLimit": {"LimitInWatts": 500, "LimitException": "NoAction"}}]}}))[
         "Server Power Control"].message
+
+
+# --- issue 31.6: SimpleStorage devices judged like Storage drives ------------------------------------------
+
+LAMBDA = REPO / "fixtures" / "real" / "redfish" / "lambdalabs-exporter-fixtures" / "hack-sampleOut"
+
+
+def test_simple_storage_devices_are_drives_and_a_failed_one_is_judged() -> None:
+    from checks.bmc_storage import DRIVES
+
+    simple = json.loads((LAMBDA / "simple_storage_1.json").read_text())
+    bmc = parse({"/redfish/v1/Systems/1/SimpleStorage/1": simple})
+    assert isinstance(bmc.drives, tuple) and [d.model for d in bmc.drives] == ["ST16000NM001G-2K"] * 2
+    simple["Devices"][1]["Status"]["Health"] = "Critical"
+    failed = parse({"/redfish/v1/Systems/1/SimpleStorage/1": simple})
+    findings = DRIVES.run(NodeFacts(host=host(), kmsg=(), bmc=failed), ProfileStore().profile("generic-nvidia"))
+    bad = [f for f in findings if f.status is Status.FAIL]
+    assert len(bad) == 1 and bad[0].subject == "drive 1" and "Critical" in bad[0].message, [f.message for f in findings]

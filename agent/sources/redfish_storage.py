@@ -118,5 +118,8 @@ def parse_storage(resources: Mapping[str, dict[str, Any]], problems: Problems
     storages = _types(resources, "#Storage.", problems)
     linked = {d.lower() for s in storages for d in s.links("Drives")}
     drives = _once([_drive(r) for r in _types(resources, "#Drive.", problems)[:MAX_DRIVES]], linked)
+    simple = _types(resources, "#SimpleStorage.", problems)
+    if not drives:  # the older schema's devices, judged like drives (issue 31.6); never both: no serial to merge by
+        drives = tuple(_drive(device) for s in simple for device in s.items("Devices"))[:MAX_DRIVES]
     volumes = tuple(_volume(r) for r in _types(resources, "#Volume.", problems)[:MAX_VOLUMES])
-    return drives, volumes, bool(drives) or bool(storages)
+    return drives, volumes, bool(drives) or bool(storages) or bool(simple)

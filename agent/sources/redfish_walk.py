@@ -78,9 +78,10 @@ def children(path: str, body: dict[str, Any]) -> list[str]:
     if "ComputerSystem." in kind:
         # Storage always (issue 22 item 7: a predicted failure or a worn SSD does not reach the rollup);
         # memory only to explain an unhealthy rollup (no cost on a healthy node).
-        links = [link(body, "Bios"), link(body, "Processors"), link(body, "LogServices"), link(body, "Storage")]
+        links = [link(body, "Bios"), link(body, "Processors"), link(body, "LogServices"), link(body, "Storage"),
+                 link(body, "SimpleStorage")]  # SimpleStorage: the drives of BMCs without Storage (issue 31.6)
         if _unhealthy(body):
-            links += [link(body, "Memory"), link(body, "SimpleStorage")]
+            links += [link(body, "Memory")]
     elif "Storage." in kind and "SimpleStorage." not in kind:
         drives = body.get("Drives")
         links = [d.get("@odata.id") for d in drives if isinstance(d, dict) and isinstance(d.get("@odata.id"), str)
