@@ -322,6 +322,18 @@ NOT_SYSCTLS = {
 }
 
 
+def _domain_hints(data: Mapping[str, Any], lines: LineMap, source: str) -> list[ProfileError]:
+    """What a key means where it was put (THP is sysfs, not a sysctl): said first, before the schema's
+    missing keys, which would only lead the user to complete the wrong entry (issue 36.9)."""
+    expect = data.get("expect")
+    sysctl = expect.get("sysctl") if isinstance(expect, Mapping) else None
+    if not isinstance(sysctl, Mapping):
+        return []
+    return [ProfileError(f"expect.sysctl.{key}: {NOT_SYSCTLS[key]}", path=source,
+                         line=lines.line_for(("expect", "sysctl", key)))
+            for key in sysctl if key in NOT_SYSCTLS]
+
+
 def _compile_expectations(profile: Profile, node: Mapping[str, Any], path: PathKey,
                           errors: list[ProfileError] | None = None) -> None:
     if path == ("sysctl",):
@@ -456,8 +468,11 @@ class ProfileStore:
             return [exc]
         if not isinstance(data, dict):
             return [ProfileError("a profile must be a YAML mapping", path=str(path), line=1)]
+        hints = _domain_hints(data, lines, str(path))
+        hinted = {e.line for e in hints}
         errors = [ProfileError(f"{describe_path(e.path)}: {e.message}", path=str(path), line=lines.line_for(e.path))
                   for e in profile_validator().errors(data)]
+        errors = [e for e in errors if e.line not in hinted]  # the hint says what the schema's keys cannot
         if not errors and data["name"] != path.stem:
             errors.append(ProfileError(f"name {data['name']!r} must match the file name {path.stem!r}",
                                        path=str(path), line=lines.line_for(("name",))))
@@ -467,7 +482,9 @@ class ProfileStore:
                 build([*self._parents(loaded), loaded], errors=errors)
             except ProfileError as exc:
                 errors.append(exc)
-        return sorted(errors, key=lambda e: (e.path != str(path), e.line or 0))
+        said = {e.message for e in hints}
+        return hints + sorted((e for e in errors if e.message not in said), key=lambda e: (e.path != str(path),
+                                                                                            e.line or 0))
 
     def match_rules(self) -> dict[str, MatchRule | None]:
         """Each concrete profile's own `match:` (the leaf file decides)."""

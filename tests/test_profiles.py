@@ -257,3 +257,16 @@ def test_validate_reports_every_error_of_a_file_in_one_run(run_cli: RunCli, tmp_
     assert "'nope' is not one of" in lines[0] and "expected string, got 5" in lines[1] and "unknown key 'persistence'" in lines[2]
     assert "thp.enabled" in lines[3] and "range low 10 > high 1" in lines[4]
     assert result.stdout == f"{tmp_path / 'base.yaml'}: ok\n"
+
+
+def test_validate_says_where_thp_lives_before_the_schemas_missing_keys(run_cli: RunCli, tmp_path: Path) -> None:
+    """Issue 36.9: the schema alone says 'missing required key severity', which leads the user to complete a
+    sysctl that does not exist; the domain hint comes first and the schema's complaint about that key goes."""
+    path = tmp_path / "my-node.yaml"
+    path.write_text("name: my-node\nextends: base\nexpect:\n  sysctl:\n    vm.transparent_hugepage: {equals: never}\n")
+    result = run_cli("profiles", "validate", str(path))
+    assert result.code == 2
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert "use thp.enabled" in lines[0], lines
+    assert not any("severity" in line for line in lines), lines
+    assert any("description" in line for line in lines)  # the file's other errors still follow
