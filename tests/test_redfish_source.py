@@ -236,3 +236,26 @@ def test_snapshot_capture_records_the_bmc(run_cli: RunCli, hpe: RedfishPeer, tmp
     bios = {f["subject"]: f["observed"] for f in replay.json()["findings"] if f["check"] == "bios.attribute"}
     assert bios["PowerRegulator"] == "DynamicPowerSavings"
     assert not any(PASSWORD in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
+
+
+def test_a_silent_bmc_gets_a_progress_line_and_a_final_message_with_its_url(tmp_path: Path) -> None:
+    """Issue 36.9: a BMC that accepts TCP and never answers looked like a hung audit for the whole deadline."""
+    import subprocess
+    import sys
+
+    secret = password_file(tmp_path)
+    with silent_listener() as (host, port):
+        url = f"http://{host}:{port}"
+        config = tmp_path / "config.yaml"
+        config.write_text(json.dumps({"bmc": {"url": url, "user": "admin", "password_file": str(secret),
+                                              "timeout_s": 30, "deadline_s": 7}}))
+        started = time.monotonic()
+        done = subprocess.run([str(Path(sys.executable).with_name("nodewarden")), "audit", "--config", str(config),
+                               "--only", "bmc.*", "--format", "json"], capture_output=True, text=True, timeout=120,
+                              check=False)
+        elapsed = time.monotonic() - started
+    assert f"still waiting for the BMC at {url}" in done.stderr, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    said = " ".join(f["message"] for f in report["findings"])
+    assert f"the BMC at {url} did not answer the login within 7 s (gave up after" in said, said[:1000]
+    assert elapsed < 60 and PASSWORD not in done.stdout + done.stderr

@@ -125,7 +125,7 @@ class BmcSource(Source):
                                             timeout_s=bmc.timeout_s, concurrency=bmc.concurrency,
                                             deadline_s=bmc.deadline_s),
                 concurrency=bmc.concurrency, deadline_s=bmc.deadline_s, insecure=bmc.insecure,
-                paths=redfish.SENSOR_START if options.sensors_only else (redfish.ROOT,))
+                paths=redfish.SENSOR_START if options.sensors_only else (redfish.ROOT,), where=url)
         if bmc.ipmi_host:
             from agent.sources.ipmi_live import read_ipmi_live
 

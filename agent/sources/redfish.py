@@ -15,6 +15,7 @@ This module connects and walks under one deadline (`read_redfish`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -65,15 +66,49 @@ _checked_path = checked_path
 SENSOR_START = (f"{ROOT}/Chassis",)  # thermal, power, fans, PSUs, leak detectors: what changes minute to minute
 
 
+log = logging.getLogger("nodewarden.bmc")
+
+PROGRESS_AFTER_S = 5.0  # a live BMC read still going after this says so, once
+
 def read_redfish(make_transport: Callable[[], Transport], *, concurrency: int = 4, deadline_s: float = 30.0,
-                 insecure: bool = False, paths: tuple[str, ...] = (ROOT,),
+                 insecure: bool = False, paths: tuple[str, ...] = (ROOT,), where: str = "",
                  ) -> tuple[BmcFacts | Unknown, SourceStatus, Transport | None]:
     """Connect, walk (from `paths`: the whole service, or e.g. SENSOR_START), parse.
 
-    Never raises; never blocks much past `deadline_s`.
+    Never raises; never blocks much past `deadline_s`. With `where` (a live BMC's URL), a read still
+    going after PROGRESS_AFTER_S logs one progress line, and a login that never came names the URL and
+    the time spent (issue 36.9: a BMC that accepts TCP and never answers looked like a hung audit).
     """
     start = time.monotonic()
     outcome: dict[str, Any] = {}
+    where = _without_userinfo(where)
+    progress = threading.Timer(PROGRESS_AFTER_S, lambda: log.warning(
+        "still waiting for the BMC at %s: %.0f s so far (the read gives up after %g s)", where,
+        time.monotonic() - start, deadline_s)) if where else None
+    if progress is not None:
+        progress.daemon = True
+        progress.start()
+    try:
+        return _read(make_transport, concurrency, deadline_s, insecure, paths, where, start, outcome)
+    finally:
+        if progress is not None:
+            progress.cancel()
+
+
+def _without_userinfo(url: str) -> str:
+    """The URL as it may be shown: never a user or password someone wrote into it."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "the configured BMC"
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else url
+
+
+def _read(make_transport: Callable[[], Transport], concurrency: int, deadline_s: float, insecure: bool,
+          paths: tuple[str, ...], where: str, start: float, outcome: dict[str, Any],
+          ) -> tuple[BmcFacts | Unknown, SourceStatus, Transport | None]:
 
     def connect() -> None:
         try:
@@ -88,7 +123,9 @@ def read_redfish(make_transport: Callable[[], Transport], *, concurrency: int = 
     try:
         call_with_deadline(connect, timeout_s=deadline_s, name="redfish-connect")
     except DeadlineExceeded:
-        error = f"the BMC did not answer the login within {deadline_s:g} s"
+        at = f" at {where}" if where else ""
+        error = f"the BMC{at} did not answer the login within {deadline_s:g} s (gave up after " \
+                f"{time.monotonic() - start:.1f} s)"
         return Unknown(error), SourceStatus("redfish", ok=False, error=error,
                                             duration_s=time.monotonic() - start), None
     if "auth" in outcome or "error" in outcome:
