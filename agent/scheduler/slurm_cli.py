@@ -213,9 +213,13 @@ def run_bounded(argv: list[str], env: dict[str, str], timeout_s: float) -> str:
     proc.stdout.close()
     proc.stderr.close()
     name = Path(argv[0]).name
+    conf = env.get("SLURM_CONF") or "the default slurm.conf (/etc/slurm/slurm.conf)"
     if failure:
-        raise SlurmError(f"{name} {argv[1] if len(argv) > 1 else ''}: {failure}")
+        raise SlurmError(f"{name} {argv[1] if len(argv) > 1 else ''}: {failure} (slurm.conf: {conf})")
     if code != 0:
-        message = " ".join(err.decode("utf-8", "replace").split())[:300]
-        raise SlurmError(f"{name} {argv[1] if len(argv) > 1 else ''}: exit {code}: {message}")
+        # scontrol's first line says it (a DNS lookup of the controller, a refused connection); what follows
+        # repeats it per retry. Which slurm.conf it read is what to check next.
+        lines = [" ".join(line.split()) for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+        first = lines[0][:200] if lines else "(nothing on stderr)"
+        raise SlurmError(f"{name} {argv[1] if len(argv) > 1 else ''}: exit {code}: {first} (slurm.conf: {conf})")
     return out.decode("utf-8", "replace")

@@ -200,3 +200,23 @@ def test_the_start_sweep_takes_no_link_and_no_file_of_another_user(tmp_path: Pat
     assert not ours.exists()
     assert link.is_symlink() and theirs.exists() and inner.is_dir() and victim.read_text() == "keep\n"
     assert json.loads((folder / "daemon.json").read_text())["verdict"] == "OK"
+
+
+def test_a_failing_scontrol_is_said_in_one_line_naming_its_slurm_conf(tmp_path: Path) -> None:
+    """Issue 36.6: scontrol's retries repeat one error over many lines; the first line and the slurm.conf
+    it read are what an operator acts on."""
+    import sys
+
+    from agent.scheduler.slurm_cli import SlurmError, run_bounded
+
+    noisy = ("import sys\nfor i in range(6):\n    print(f'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch "
+             "error: Unknown host (try {i})', file=sys.stderr)\nsys.exit(1)\n")
+    conf = str(tmp_path / "slurm.conf")
+    with pytest.raises(SlurmError) as caught:
+        run_bounded([sys.executable, "-c", noisy], {"SLURM_CONF": conf, "PATH": "/usr/bin:/bin"}, 10.0)
+    message = str(caught.value)
+    assert "\n" not in message and message.count("res_nsearch") == 1 and "(try 0)" in message
+    assert message.endswith(f"(slurm.conf: {conf})")
+    with pytest.raises(SlurmError) as slow:
+        run_bounded([sys.executable, "-c", "import time; time.sleep(5)"], {"PATH": "/usr/bin:/bin"}, 0.3)
+    assert "timed out" in str(slow.value) and "(slurm.conf: the default slurm.conf" in str(slow.value)
