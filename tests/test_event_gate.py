@@ -176,3 +176,15 @@ def test_follow_and_event_need_slurm() -> None:
         done = subprocess.run([NODEWARDEN, "health-check", flag, "--simulate", HEALTHY], capture_output=True,
                               text=True, timeout=60, check=False)
         assert done.returncode == 2 and "go with --slurm" in done.stderr, done.stderr
+
+
+def test_a_state_file_of_another_reading_is_ignored_and_said(tmp_path: Path) -> None:
+    """Issue 36.6: a daemon's state file of another node (here a simulated one) was ignored in silence."""
+    state = DaemonStateFile(tmp_path / "state", {"nvml": 1.0, "host": 30.0})
+    (tmp_path / "state").mkdir(mode=0o700)
+    daemon_says(state, LOST_GPU)
+    done = subprocess.run([NODEWARDEN, "health-check", "--simulate", HEALTHY, "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=120, check=False, cwd="/")
+    first = done.stdout.splitlines()[0]
+    assert done.returncode == 0 and first.startswith("OK (one-shot audit"), done.stdout + done.stderr
+    assert "judged simulated" in first and LOST_GPU in first and "not this node: ignored" in first, first

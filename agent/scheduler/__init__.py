@@ -21,7 +21,7 @@ from agent.engine import AuditRequest
 from agent.scheduler.answer import Answer, reading
 from agent.scheduler.npd import npd_line
 from agent.scheduler.settings import Deadline, HealthSettings
-from agent.scheduler.state import read_state, write_decision
+from agent.scheduler.state import foreign_state, read_state, write_decision
 from agent.snapshot import simulated_path
 
 __all__ = ["EXIT_BAD", "EXIT_OK", "EXIT_UNKNOWN", "HealthRequest", "Outcome", "answer_for", "run_health_check",
@@ -79,7 +79,12 @@ def answer_for(request: HealthRequest, deadline: Deadline | None = None) -> Answ
         return Answer(None, "state file", "no daemon state file: the event gate acts on the daemon's word only")
     from agent.scheduler.oneshot import audit_once  # only without a daemon: the engine loads here
 
-    return audit_once(request.audit, audit_budget(request, deadline))
+    answer = audit_once(request.audit, audit_budget(request, deadline))
+    other = foreign_state(request.settings.state_dir, judged)
+    if other is not None:  # a daemon's file of another reading: ignored, and said (never silently)
+        answer = dataclasses.replace(answer, how=f"{answer.how}; the state file in {request.settings.state_dir} "
+                                     f"judged {other}, not this node: ignored")
+    return answer
 
 
 def _said(answer: Answer) -> str:

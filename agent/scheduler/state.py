@@ -199,6 +199,17 @@ def read_state(state_dir: Path, max_age_s: float | None, now: float | None = Non
         return Answer(None, "state file", f"state file malformed: {exc}", age_s=age)
 
 
+def foreign_state(state_dir: Path, judged: str = "live") -> str | None:
+    """What the state file there judged when it is not `judged` (another node's recording, a simulated
+    daemon): the health-check ignores it and says so (issue 36.6); None otherwise."""
+    try:
+        doc = _load_state(state_dir)
+    except (OSError, JsonInputError, NodewardenError):
+        return None
+    reading = doc.get("reading", "live") if isinstance(doc, dict) else None
+    return reading[:200] if isinstance(reading, str) and reading != judged else None
+
+
 def write_decision(state_dir: Path, doc: dict[str, Any]) -> None:
     replace_file(folder(state_dir, create=True) / DECISION_FILE, _dump(doc), 0o644)
 
