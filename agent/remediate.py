@@ -99,6 +99,7 @@ class RemediationResult:
     actions: list[Action]
     run_id: str | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
+    simulated: str | None = None  # a plan of a simulated node: --apply is refused there (name the copy to make)
 
     @property
     def changed(self) -> bool:
@@ -340,7 +341,8 @@ def _remediate(request: RemediationRequest, target: HostTarget, store: ProfileSt
     state = StateDir(request.state_dir)
     if not request.apply:
         report, actions = plan(request, target, store)
-        return RemediationResult("plan", target.description, report.profile, actions)
+        return RemediationResult("plan", target.description, report.profile, actions,
+                                 simulated=request.audit.simulate)
     state.ensure()  # a state dir others could write is refused (exit 2) before anything else
     with target_lock(target):
         # Plan under the lock: a concurrent run could otherwise change what we read.

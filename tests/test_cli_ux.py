@@ -370,3 +370,12 @@ def test_profiles_list_columns_fit_the_longest_name(run_cli: RunCli) -> None:
     assert max(map(len, names)) > 18  # the shipped profiles hold such a name
     kind_at = {line.index(f" {line.split()[1]} ", len(line.split()[0])) for line in lines}
     assert len(kind_at) == 1, lines  # every kind starts in the same column
+
+
+def test_a_plan_of_a_simulated_node_names_the_copy_to_make_not_apply(run_cli: RunCli) -> None:
+    """Issue 36.8: `--apply` is refused on a simulated node, so its plan must not end with 'run again with --apply'."""
+    result = run_cli("remediate", "--simulate", "hgx-h100-drifted", "--format", "table")
+    assert result.code in (0, 1), result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert "run again with --apply" not in result.stdout
+    assert "snapshot capture --simulate hgx-h100-drifted --out DIR" in last and "--snapshot DIR --apply" in last

@@ -30,7 +30,12 @@ def render_remediation(result: RemediationResult, fmt: str) -> str:
         for note in action.notes:
             lines.append(f"      note: {clean(note)}")
     if result.mode == "plan" and any(a.outcome.value == "planned" for a in result.actions):
-        lines.append("run again with --apply to make these changes")
+        if result.simulated:  # --apply is refused on a simulated node: say how to practise instead (36.8)
+            lines.append(f"a simulated node is read-only: to apply these, make a copy with `nodewarden snapshot "
+                         f"capture --simulate {clean(result.simulated)} --out DIR` and run remediate --snapshot DIR "
+                         "--apply")
+        else:
+            lines.append("run again with --apply to make these changes")
     if result.reboot_required:
         lines.append("a reboot is required for some changes to take effect")
     return "\n".join(lines) + "\n"
