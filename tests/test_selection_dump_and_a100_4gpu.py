@@ -212,7 +212,8 @@ def test_the_4_gpu_board_has_no_nvswitch_and_no_fabric_manager() -> None:
 def test_an_8_gpu_a100_board_with_four_gpus_gone_is_not_hidden_by_the_4_gpu_profile() -> None:
     """Four A100s on PCI with the 8-GPU board's six NVSwitches: the match picks the 4-GPU profile (match rules
     cannot see switches), and fabric.nvswitch.count fails critical, naming the 8-GPU baseboard."""
-    gpus = [gpu_facts(i, pci_id="10de:20b2") for i in range(4)]
+    gpus = [gpu_facts(i, pci_id="10de:20b2", name="NVIDIA A100-SXM4-80GB", architecture=7,
+                      compute_capability="8.0") for i in range(4)]
     switches = tuple(PciFunction(address=f"0000:{b}:00.0", vendor=0x10DE, device=A100_NVSWITCH, class_code=0x068000)
                      for b in ("c1", "c2", "c3", "c4", "c5", "c6"))
     facts = nvml_node(gpus, host_facts=host(pci=(*(a100(g.pci_bus_id) for g in gpus), *switches),
