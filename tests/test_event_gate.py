@@ -188,3 +188,12 @@ def test_a_state_file_of_another_reading_is_ignored_and_said(tmp_path: Path) -> 
     first = done.stdout.splitlines()[0]
     assert done.returncode == 0 and first.startswith("OK (one-shot audit"), done.stdout + done.stderr
     assert "judged simulated" in first and LOST_GPU in first and "not this node: ignored" in first, first
+
+
+def test_a_dry_run_writes_nothing_not_even_the_lock(cluster: SlurmCluster, tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir(mode=0o700)
+    done = event_gate(cluster, tmp_path, "--simulate", LOST_GPU, "--state-dir", str(tmp_path / "state"), "--dry-run",
+                      event=False)
+    assert "dry run: would run:" in done.stdout and "State=DRAIN" in done.stdout, done.stdout + done.stderr
+    assert list((tmp_path / "state").iterdir()) == []
+    assert "drain" not in cluster.state(EXTRA_NODES[0])[0] and cluster.state(EXTRA_NODES[0])[1] == ""

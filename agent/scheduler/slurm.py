@@ -51,6 +51,8 @@ def act(answer: Answer, node: str, settings: HealthSettings, *, dry_run: bool,
     start together): the node's lock is held from the first read to the last write, waited for
     within the deadline. `drain_only` (the event gate): a plan other than a drain is not carried
     out and keeps no memory, so resuming stays the periodic check's, counted by its own runs."""
+    if dry_run:  # changes nothing, so it needs no lock (and creates no lock file)
+        return _act(answer, node, settings, dry_run, slurm, deadline, drain_only)
     try:
         with _node_lock(settings, node, deadline):
             return _act(answer, node, settings, dry_run, slurm, deadline, drain_only)
