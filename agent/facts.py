@@ -34,6 +34,7 @@ from agent.facts_bmc import (
     BmcRedundancy,
     BmcSwitch,
     BmcTemperature,
+    BmcVoltage,
     BmcVolume,
     FirmwareItem,
 )
@@ -44,8 +45,8 @@ __all__ = [  # what callers import from here: this module's records and those of
     "CLOCK_EVENT_BITS", "IDLE_UTILIZATION_MAX_PCT", "NOT_READ", "NO_BASELINE", "NO_FABRIC", "PCI_ADDRESS_RE",
     "PCI_VENDOR_MELLANOX", "PCI_VENDOR_NVIDIA", "AcsControl", "Baseline", "BaselineGpu", "BiosSettings", "BmcBinding",
     "BmcDrive", "BmcFacts", "BmcFan", "BmcGpu", "BmcLeakDetector", "BmcLogEntry", "BmcPowerLimit", "BmcPsu",
-    "BmcRedundancy", "BmcSwitch", "BmcTemperature", "BmcVolume", "CpuFacts", "FabricFacts", "FirmwareItem",
-    "GpuFacts", "HostFacts", "IdleState", "IommuFacts",
+    "BmcRedundancy", "BmcSwitch", "BmcTemperature", "BmcVoltage", "BmcVolume", "CpuFacts", "FabricFacts",
+    "FirmwareItem", "GpuFacts", "HostFacts", "IdleState", "IommuFacts",
     "KmsgRecord", "Maybe", "NetInterface", "NodeFacts", "NvSwitchError", "NvmlFacts", "PciFunction", "ProfileMatch",
     "RdmaDevice", "RdmaPort", "T", "XidEvent", "gpu_activity", "parse_kernel_cmdline",
 ]

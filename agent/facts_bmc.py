@@ -51,6 +51,27 @@ class BmcFan(NamedTuple):
     where: str = ""
 
 
+class BmcVoltage(NamedTuple):
+    """A voltage rail with its own thresholds (V), both ways (issue 31.2). None: not reported.
+
+    From Redfish `Power.Voltages` (ReadingVolts, Upper/LowerThreshold{NonCritical,Critical,Fatal}), a
+    `#Sensor` of ReadingType Voltage (Thresholds.{Upper,Lower}{Caution,Critical,Fatal}) or an IPMI
+    voltage sensor (unc/uc/unr, lnc/lc/lnr)."""
+
+    name: str
+    reading: float | None
+    lower_caution: float | None = None
+    lower_critical: float | None = None
+    lower_fatal: float | None = None
+    upper_caution: float | None = None
+    upper_critical: float | None = None
+    upper_fatal: float | None = None
+    state: str | None = None
+    health: str | None = None
+    context: str | None = None  # PhysicalContext: VoltageRegulator, CPU, PowerSupply, ...
+    where: str = ""
+
+
 class BmcPsu(NamedTuple):
     name: str
     state: str | None = None  # Enabled, Absent, StandbySpare, UnavailableOffline, ...
@@ -264,3 +285,4 @@ class BmcFacts(NamedTuple):
     # Sensors (the newer layout) of types no check judges, (ReadingType, count): said, never silent (31.2)
     sensors_not_judged: tuple[tuple[str, int], ...] = ()
     power_limits: Maybe[tuple[BmcPowerLimit, ...]] = NOT_READ  # issue 31.5
+    voltages: Maybe[tuple[BmcVoltage, ...]] = NOT_READ  # issue 31.2

@@ -25,6 +25,7 @@ from checks import Check
 from checks.bmc_events import EVENTS
 from checks.bmc_firmware import CONSISTENCY
 from checks.bmc_health import FANS, LEAK, PSU, REACHABLE, ROLLUP, SWITCHES, TEMPERATURES
+from checks.bmc_voltages import VOLTAGES
 from tests.factories import by_subject, node_of, parse_resources
 
 TREES = Path(__file__).resolve().parents[1] / "fixtures" / "redfish"
@@ -32,7 +33,8 @@ TREES_UNDER_TEST = ("hpe-dl380a-gen11", "hpe-ilo5-dl360-gen10plus", "supermicro-
                     "cray-ex420-intel-blade", "cray-ex425-amd-milan-blade", "cray-ex4252-amd-genoa-blade",
                     "cray-slingshot-switch-blade", "gathergpus_happypath", "gpu_info_unknown_multi",
                     "manager_happypath", "powershelf_delta", "powershelf_liteon")
-BMC_CHECKS: tuple[Check, ...] = (REACHABLE, ROLLUP, PSU, FANS, TEMPERATURES, LEAK, SWITCHES, EVENTS, CONSISTENCY)
+BMC_CHECKS: tuple[Check, ...] = (REACHABLE, ROLLUP, PSU, FANS, TEMPERATURES, VOLTAGES, LEAK, SWITCHES, EVENTS,
+                                 CONSISTENCY)
 
 
 class CompletedRecording(RecordedRedfish):
@@ -133,6 +135,7 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.events", "Event:iLOEvents.3.15.NicConnectivityRestored"): "warn",
     },
     "supermicro-x10": {
+        ("bmc.voltages", "not compared"): "skip",  # all 8 Power.Voltages Absent with 0 V thresholds (the X10's unused rails)
         ("bmc.reachable", "redfish"): "warn",  # UpdateService is linked but 404 on this Redfish 1.0.1 BMC
         ("bmc.reachable", "/redfish/v1/UpdateService"): RESOURCE_404,
         ("bmc.fans", "not compared"): "skip",  # every fan Absent over Redfish (IPMI has the readings)
@@ -142,7 +145,8 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("firmware.consistency", "bmc"): "skip",  # no firmware inventory on this BMC
     },
     "cray-ex-cmm-chassis-controller": {
-        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
+        ("bmc.voltages", "not compared"): "skip",  # 22 ADC inputs with no thresholds (leak detect lines read as volts), 4 IVOC rails with no reading
+        ("bmc.temperatures", "other sensors"): "skip",  # currents, energy, ...: no check reads them (said)
         ("bmc.health_rollup", "system"): "skip",  # a cabinet controller has no ComputerSystem
         # Rectifiers report State Enabled and no Health: not reported is unknown, never a critical fail.
         ("bmc.psu", "Rectifier 0"): "unknown",
@@ -157,7 +161,8 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         # (the front-zone leak episodes were each followed by "all sensors dry": resolved; alarms Armed = dry)
     },
     "cray-ex420-intel-blade": {
-        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
+        ("bmc.voltages", "not compared"): "skip",  # 55 rails with no thresholds; the 37 with thresholds are within them
+        ("bmc.temperatures", "other sensors"): "skip",  # currents, energy, ...: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",  # three Mezz Power/Thermal documents were held back upstream
         ("bmc.reachable", "/redfish/v1/Chassis/Mezz2/Power"): RESOURCE_404,
         ("bmc.reachable", "/redfish/v1/Chassis/Mezz3/Power"): RESOURCE_404,
@@ -168,7 +173,8 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.events", "EventLog:ResourceEvent.ResourceErrorsDetected"): "warn",
     },
     "cray-ex425-amd-milan-blade": {
-        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
+        ("bmc.voltages", "not compared"): "skip",  # one 12V_HSS ECB rail with no thresholds; 79 within theirs
+        ("bmc.temperatures", "other sensors"): "skip",  # currents, energy, ...: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",
         ("bmc.reachable", "/redfish/v1/Chassis/Mezz0/Power"): RESOURCE_404,
         ("bmc.reachable", "/redfish/v1/Managers/MCU0"): RESOURCE_404,
@@ -178,7 +184,8 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         # (the fatal 12V_HSS over-temperature and CPU1 VDR under-voltage were each cleared later: history)
     },
     "cray-ex4252-amd-genoa-blade": {
-        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
+        ("bmc.voltages", "not compared"): "skip",  # 122 rails with no thresholds, 3 SIVOC rails with no reading; 65 within theirs
+        ("bmc.temperatures", "other sensors"): "skip",  # currents, energy, ...: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",
         # The three LeakIndicator alarms answered HTTP 500 (a Lua stack trace): unknown, never "dry".
         ("bmc.reachable", "/redfish/v1/Chassis/Enclosure/Oem/Alarms/LeakIndicatorEarly"): "unknown",
@@ -199,7 +206,8 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.switches", "bmc"): "skip",
     },
     "cray-slingshot-switch-blade": {
-        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
+        ("bmc.voltages", "not compared"): "skip",  # 24 cable rails with no reading, 9 ASIC rails with no thresholds
+        ("bmc.temperatures", "other sensors"): "skip",  # currents, energy, ...: no check reads them (said)
         ("bmc.health_rollup", "system"): "skip",  # a switch controller has no ComputerSystem
         # 24 cable sensors reading exactly their 60 C caution threshold with no health while the ASIC is at
         # 40 C and 18 of the cables are Absent: the BMC echoing the threshold, not 24 hot cables.
@@ -235,7 +243,8 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("bmc.health_rollup", "system"): "skip",
     },
     "powershelf_delta": {
-        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
+        ("bmc.voltages", "not compared"): "skip",  # 24 rectifier voltages with no thresholds; 2 within theirs
+        ("bmc.temperatures", "other sensors"): "skip",  # currents, energy, ...: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",
         **{("bmc.reachable", f"/redfish/v1/{p}"): RESOURCE_404 for p in (
             "Chassis/PowerShelf_0/ThermalSubsystem", "Managers", "UpdateService")},
@@ -246,7 +255,8 @@ EXPECTED: dict[str, dict[tuple[str, str], str]] = {
         ("firmware.consistency", "bmc"): "skip",
     },
     "powershelf_liteon": {
-        ("bmc.temperatures", "other sensors"): "skip",  # voltages, currents, energy: no check reads them (said)
+        ("bmc.voltages", "not compared"): "skip",  # 14 shelf voltages with no thresholds
+        ("bmc.temperatures", "other sensors"): "skip",  # currents, energy, ...: no check reads them (said)
         ("bmc.reachable", "redfish"): "warn",
         **{("bmc.reachable", f"/redfish/v1/{p}"): RESOURCE_404 for p in (
             "Chassis/PowerShelf_0/PowerSubsystem", "Chassis/PowerShelf_0/Thermal", "Chassis/powershelf/Thermal",

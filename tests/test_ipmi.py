@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, FirmwareItem
+from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, BmcVoltage, FirmwareItem
 from agent.model import SourceStatus, Unknown, Unsupported
 from agent.sources.ipmi import RECORD_FORMAT, read_ipmi_live, read_ipmi_recorded, validate_target
 from tests.peers import ipmi_sim as sim_harness
@@ -123,7 +123,12 @@ def test_healthy_read(healthy: LiveRead) -> None:
     assert event.created is None  # a "Pre-Init" timestamp: valid, but not a date
     assert event.message_id == "12.111.0"  # memory, sensor-specific, offset 0
 
-    assert healthy.status.detail["sensors"] == 8 and healthy.status.detail["sel_entries"] == 1
+    # the 12 V rail with its six thresholds (issue 31.2: voltages are read and judged both ways)
+    assert facts.voltages == (BmcVoltage("P12V", 12.06, lower_caution=11.4, lower_critical=10.8, lower_fatal=10.2,
+                                         upper_caution=12.6, upper_critical=13.2, upper_fatal=13.8, state="Enabled",
+                                         health="OK", where="IPMI sensor 32.9.0"),)
+
+    assert healthy.status.detail["sensors"] == 9 and healthy.status.detail["sel_entries"] == 1
 
 
 def test_recorded_round_trip(healthy: LiveRead) -> None:
@@ -341,7 +346,7 @@ def test_sensor_and_event_mapping_edge_cases(healthy: LiveRead) -> None:
     inlet.update(units="°F", value=77.0, thresholds={"unc": 104.0, "uc": 113.0})
     fan2 = _sensor(raw, "FAN2")
     fan2.update(unavailable=True, value=None)  # "na"
-    raw["sensors"].append({**_sensor(raw, "Sys_Power"), "id": "32.9.0", "name": "PSU1_Input", "value": 640.0})
+    raw["sensors"].append({**_sensor(raw, "Sys_Power"), "id": "32.10.0", "name": "PSU1_Input", "value": 640.0})
     raw["sel"] = [
         {"record_id": 7, "timecode": 1_700_000_000, "component": "CPU0", "component_type": "Processor",
          "event": "Thermal trip", "event_id": "111.1", "component_type_id": 7, "severity": 4, "deassertion": False},

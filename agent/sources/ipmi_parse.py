@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, FirmwareItem
+from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, BmcVoltage, FirmwareItem
 from agent.model import SourceStatus, Unknown, Unsupported
 from agent.numbers import MAGNITUDE, finite
 from agent.sources.ipmi_const import (
@@ -129,6 +129,7 @@ def parse_ipmi(raw: object) -> BmcFacts | Unknown:
         temperatures: Any = sensors
         fans: Any = sensors
         psus: Any = sensors
+        voltages: Any = sensors
         power_w: Any = sensors
         health: Any = sensors
         causes: tuple[str, ...] = ()
@@ -138,6 +139,7 @@ def parse_ipmi(raw: object) -> BmcFacts | Unknown:
         temperatures = sensors.temperatures or Unsupported("the IPMI sensor list holds no temperature sensor")
         fans = sensors.fans or Unsupported("the IPMI sensor list holds no fan sensor")
         psus = sensors.psus or Unsupported("the IPMI sensor list holds no power supply sensor")
+        voltages = sensors.voltages or Unsupported("the IPMI sensor list holds no voltage sensor")
         power_w, health, causes = sensors.power_w, sensors.health, sensors.causes
     return BmcFacts(
         protocol="ipmi",
@@ -157,6 +159,7 @@ def parse_ipmi(raw: object) -> BmcFacts | Unknown:
         temperatures=temperatures,
         fans=fans,
         psus=psus,
+        voltages=voltages,
         redundancy=NOT_OVER_IPMI,
         leak_detectors=NOT_OVER_IPMI,
         switches=NOT_OVER_IPMI,
@@ -216,6 +219,7 @@ class _Sensors:
     temperatures: tuple[BmcTemperature, ...]
     fans: tuple[BmcFan, ...]
     psus: tuple[BmcPsu, ...]
+    voltages: tuple[BmcVoltage, ...]
     power_w: float | Unknown
     health: str
     causes: tuple[str, ...]
@@ -253,6 +257,7 @@ def _parse_sensors(value: Any) -> _Sensors:
     temperatures: list[BmcTemperature] = []
     fans: list[BmcFan] = []
     psus: list[BmcPsu] = []
+    voltages: list[BmcVoltage] = []
     watts: list[tuple[str, float]] = []
     causes: list[str] = []
     worst = "OK"
@@ -302,11 +307,17 @@ def _parse_sensors(value: Any) -> _Sensors:
                 state = NON_RECOVERABLE  # ipmitool's `nr`: past the non-recoverable threshold, the BMC's own word
             fans.append(BmcFan(name=name, reading=reading, units=fan_units, lower_critical=thresholds.get("lc"),
                                state=state, health=health, where=location))
+        elif kind == "Voltage" and units == "V":
+            voltages.append(BmcVoltage(
+                name=name, reading=reading, lower_caution=thresholds.get("lnc"), lower_critical=thresholds.get("lc"),
+                lower_fatal=thresholds.get("lnr"), upper_caution=thresholds.get("unc"),
+                upper_critical=thresholds.get("uc"), upper_fatal=thresholds.get("unr"), state=state, health=health,
+                where=location))
         elif kind == "Power Supply" and not units:  # discrete: presence and failure states
             psus.append(_psu(name, state, bits, states, location))
         if units == "W" and reading is not None:
             watts.append((name, reading))
-    return _Sensors(tuple(temperatures), tuple(fans), tuple(psus), _power(watts), worst, tuple(causes))
+    return _Sensors(tuple(temperatures), tuple(fans), tuple(psus), tuple(voltages), _power(watts), worst, tuple(causes))
 
 
 def _parse_thresholds(value: Any, where: str) -> dict[str, float | None]:

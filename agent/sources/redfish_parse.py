@@ -25,6 +25,7 @@ from agent.facts import (
     BmcRedundancy,
     BmcSwitch,
     BmcTemperature,
+    BmcVoltage,
     FirmwareItem,
 )
 from agent.model import Unknown, Unsupported
@@ -140,6 +141,21 @@ def _thermal(res: Mapping[str, dict[str, Any]], problems: Problems, sensors: Sen
     # Thermal.Temperatures; its fan sensors count only where the chassis describes no fan itself.
     described = frozenset(c for c in (chassis_of(f.where) for f in fans) if c)
     return merged(temperatures, sensors.temperatures), merged(fans, sensors.fans, keep_legacy_of=described)
+
+
+def _voltages(res: Mapping[str, dict[str, Any]], problems: Problems, sensors: SensorReadings) -> list[BmcVoltage]:
+    """Power.Voltages, each chassis' replaced by its voltage Sensors where it has them (never both)."""
+    rails: list[BmcVoltage] = []
+    for power in _of_type(res, "Power.", problems):
+        for v in power.items("Voltages"):
+            state, health, _ = v.status()
+            rails.append(BmcVoltage(
+                name=v.name("Name", "MemberId"), reading=v.num("ReadingVolts"),
+                lower_caution=v.num("LowerThresholdNonCritical"), lower_critical=v.num("LowerThresholdCritical"),
+                lower_fatal=v.num("LowerThresholdFatal"), upper_caution=v.num("UpperThresholdNonCritical"),
+                upper_critical=v.num("UpperThresholdCritical"), upper_fatal=v.num("UpperThresholdFatal"),
+                state=state, health=health, context=v.text("PhysicalContext"), where=v.path))
+    return merged(rails, sensors.voltages)
 
 
 def _psu(p: Res) -> BmcPsu:
@@ -518,6 +534,8 @@ def parse_bmc(walk: WalkResult, insecure: bool = False) -> BmcFacts:
     facts["fans"] = tuple(_unique_names(fans)) if have_fans else missing("fans", "Thermal")
     facts["psus"] = tuple(_unique_names(psus)) if have_power else missing("power supplies", "Power")
     facts["redundancy"] = tuple(redundancy) if have_power else missing("power redundancy", "Power")
+    voltages = _voltages(res, problems, sensors)
+    facts["voltages"] = tuple(_unique_names(voltages)) if have_power or voltages else missing("voltages", "Power")
     facts["power_consumed_w"] = consumed if consumed is not None else Unsupported("no PowerConsumedWatts")
     leaks = _leaks(res, problems, walk.errors)
     facts["leak_detectors"] = leaks if leaks is not None else missing("leak detection", "LeakDetect")

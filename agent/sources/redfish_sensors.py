@@ -3,8 +3,8 @@ Thresholds, Status), as OpenBMC (NVIDIA HGX/GH200/GB200 BMCs, many OEM trays), H
 iDRAC/iLO firmware lay them out, often with no `Thermal`/`Power` at all.
 
 Read into the same facts as the legacy layout (agent.facts_bmc: temperatures with thresholds, fans,
-power), chassis by chassis: where one chassis has both, its Sensors win (the newer schema, and the
-legacy resource is generated from the same sensors on every BMC we hold), so nothing is counted
+voltages with thresholds both ways, power), chassis by chassis: where one chassis has both, its Sensors
+win (the newer schema, and the legacy resource is generated from the same sensors on every BMC we hold), so nothing is counted
 twice; a chassis with only the legacy layout keeps it. Fans: `ThermalSubsystem/Fans` (`#Fan`) and
 `Thermal.Fans` describe the fans themselves; a fan speed sensor is used only for a chassis with
 neither (a `#Fan`'s SpeedPercent points at the same sensor). A reading of a type nodewarden does not
@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from agent.facts_bmc import BmcFan, BmcTemperature
+from agent.facts_bmc import BmcFan, BmcTemperature, BmcVoltage
 from agent.sources.redfish_fields import Problems, Res
 
 # ReadingType -> what it becomes; everything else is "not placed"
 TEMPERATURE, FAN_TYPES, POWER, VOLTAGE = "Temperature", ("Rotational", "Percent"), "Power", "Voltage"
-JUDGED = frozenset({TEMPERATURE, POWER, *FAN_TYPES})
+JUDGED = frozenset({TEMPERATURE, POWER, VOLTAGE, *FAN_TYPES})
 FAN_CONTEXTS = ("Fan", "Cooling")
 # A sensor without ReadingType (iLO 6's "sea of sensors") is classified by its units, when it has them
 BY_UNITS = {"Cel": TEMPERATURE, "RPM": "Rotational", "%": "Percent", "V": VOLTAGE, "W": POWER, "A": "Current"}
@@ -34,6 +34,7 @@ class SensorReadings(NamedTuple):
 
     temperatures: dict[str, list[BmcTemperature]]
     fans: dict[str, list[BmcFan]]
+    voltages: dict[str, list[BmcVoltage]]
     chassis_power_w: dict[str, float]
     not_placed: dict[str, int]  # ReadingType -> how many sensors
 
@@ -64,6 +65,18 @@ def _fan(sensor: Res, kind: str) -> BmcFan:
                   lower_critical=_threshold(sensor, "LowerCritical"), state=state, health=health, where=sensor.path)
 
 
+def _voltage(sensor: Res) -> BmcVoltage:
+    state, health, _ = sensor.status()
+    return BmcVoltage(name=sensor.name("Name", "Id"), reading=sensor.num("Reading"),
+                      lower_caution=_threshold(sensor, "LowerCaution"),
+                      lower_critical=_threshold(sensor, "LowerCritical"),
+                      lower_fatal=_threshold(sensor, "LowerFatal"),
+                      upper_caution=_threshold(sensor, "UpperCaution"),
+                      upper_critical=_threshold(sensor, "UpperCritical"),
+                      upper_fatal=_threshold(sensor, "UpperFatal"), state=state, health=health,
+                      context=sensor.text("PhysicalContext"), where=sensor.path)
+
+
 def _is_fan(sensor: Res, kind: str) -> bool:
     # A "Percent" reading is a fan only in a fan's context (else it is a utilisation, a humidity, ...)
     return kind == "Rotational" or (kind == "Percent" and (sensor.text("PhysicalContext") or "") in FAN_CONTEXTS)
@@ -72,7 +85,7 @@ def _is_fan(sensor: Res, kind: str) -> bool:
 def read_sensors(sensors: Iterable[Res], legacy_chassis: frozenset[str] = frozenset()) -> SensorReadings:
     """The readings by chassis. A sensor of no type (and no units to tell it by) is counted as not placed
     only in a chassis without a legacy Thermal, whose readings then carry what it measures."""
-    readings = SensorReadings({}, {}, {}, {})
+    readings = SensorReadings({}, {}, {}, {}, {})
     for sensor in sensors:
         chassis = chassis_of(sensor.path)
         kind = sensor.text("ReadingType") or BY_UNITS.get(sensor.text("ReadingUnits") or "", "")
@@ -82,6 +95,8 @@ def read_sensors(sensors: Iterable[Res], legacy_chassis: frozenset[str] = frozen
             readings.temperatures.setdefault(chassis, []).append(_temperature(sensor))
         elif kind in FAN_TYPES and _is_fan(sensor, kind):
             readings.fans.setdefault(chassis, []).append(_fan(sensor, kind))
+        elif kind == VOLTAGE:
+            readings.voltages.setdefault(chassis, []).append(_voltage(sensor))
         elif kind == POWER and (sensor.text("PhysicalContext") or "") == "Chassis":
             value = sensor.num("Reading")
             if value is not None and chassis not in readings.chassis_power_w:

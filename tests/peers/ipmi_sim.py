@@ -44,7 +44,8 @@ FRU_MANUFACTURER = "Acme Compute"
 FRU_PRODUCT = "G8X-H100 GPU Server"
 BMC_FIRMWARE = "2.51"
 SENSOR = {"GPU0_Temp": 1, "GPU1_Temp": 2, "Inlet_Temp": 3, "FAN1": 4, "FAN2": 5,
-          "PSU1_Status": 6, "PSU2_Status": 7, "Sys_Power": 8}
+          "PSU1_Status": 6, "PSU2_Status": 7, "Sys_Power": 8, "P12V": 9}
+VOLT_PER_COUNT = 0.06  # P12V's SDR (m 6, r_exp -2)
 FAN_COUNTS_TO_RPM = 100
 PRODUCT_ID, SIX_BIT_PRODUCT_ID = "0x0f02", "0x0f06"  # Get Device ID product (gpu.emu's mc_add)
 INSTALL_HINT = f"run `{SETUP_COMMAND}` (as root: apt-get install openipmi ipmitool) to install it"
