@@ -3,13 +3,13 @@ Thresholds, Status), as OpenBMC (NVIDIA HGX/GH200/GB200 BMCs, many OEM trays), H
 iDRAC/iLO firmware lay them out, often with no `Thermal`/`Power` at all.
 
 Read into the same facts as the legacy layout (agent.facts_bmc: temperatures with thresholds, fans,
-voltages with thresholds both ways, power), chassis by chassis: where one chassis has both, its Sensors
-win (the newer schema, and the legacy resource is generated from the same sensors on every BMC we
-hold), so nothing is counted twice; a chassis with only the legacy layout keeps it. Fans: `ThermalSubsystem/Fans` (`#Fan`) and
-`Thermal.Fans` describe the fans themselves; a fan speed sensor is used only for a chassis with
-neither (a `#Fan`'s SpeedPercent points at the same sensor). A reading of a type nodewarden does not
-judge (humidity, altitude, flow, energy, ...) is counted by type, so the BMC's facts say what was
-not placed instead of staying silent.
+voltages with thresholds both ways, power), chassis by chassis: where one chassis has both, its
+Sensors win (the newer schema, and the legacy resource is generated from the same sensors on every
+BMC we hold), so nothing is counted twice; a chassis with only the legacy layout keeps it. Fans:
+`ThermalSubsystem/Fans` (`#Fan`) and `Thermal.Fans` describe the fans themselves; a fan speed sensor
+is used only for a chassis with neither (a `#Fan`'s SpeedPercent points at the same sensor). A
+reading of a type nodewarden does not judge (humidity, altitude, flow, energy, ...) is counted by
+type, so the BMC's facts say what was not placed instead of staying silent.
 """
 
 from __future__ import annotations
