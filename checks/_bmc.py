@@ -20,7 +20,7 @@ from typing import Any
 
 from agent.expect import Expectation
 from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcSwitch, BmcTemperature, NodeFacts
-from agent.model import Finding, Status, Unknown, Unsupported
+from agent.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.numbers import finite, parse_iso_time
 from checks import Check
 
@@ -84,7 +84,13 @@ def judge_part(check: Check, part: BmcPsu | BmcFan | BmcSwitch, expectation: Exp
                                          f"{what} not judged: the BMC's answer is unusable ({problem})"), facts)
     if part_not_judged(part) is not None:
         return None
-    return compare_health(check, part.name, expectation, part.health, what, facts)
+    finding = compare_health(check, part.name, expectation, part.health, what, facts)
+    if finding.status is Status.FAIL and finding.severity is Severity.CRITICAL and part.health == "Warning":
+        # The BMC's own rating bounds ours: a part it calls Warning (a PSU's fan, a predictive fault) is
+        # evidence of a warning, not of a failed part; Critical stays critical.
+        finding.status, finding.severity = Status.WARN, Severity.WARNING
+        finding.message += " (the BMC rates it Warning, not Critical)"
+    return finding
 
 
 def compare_health(check: Check, subject: str, expectation: Expectation, health: str | None, what: str,

@@ -383,3 +383,28 @@ def test_leak_alarm_that_failed_is_unknown_never_dry(generic: Profile) -> None:
     (leak,) = LEAK.run(node_of(facts), generic)
     assert leak.status is Status.UNKNOWN
     assert isinstance(Unsupported("x"), Unknown)  # a BMC without leak detection is a skip, not a pass
+
+
+def test_a_log_is_told_by_what_its_entries_are() -> None:
+    """Issue 31.2: DMTF's "System Log Service" (id Log1) says neither SEL nor event in its id or name; its
+    entries are EntryType SEL, so it is a hardware log. A service of OEM entries with such a name is not."""
+    sel = [entry("Log1", "1", "Critical", "Temperature threshold exceeded", RECENT, EntryType="SEL"),
+           entry("Notes", "1", "Critical", "operator note", RECENT, EntryType="Oem")]
+    facts = parse_resources(logs({"Log1": {"Name": "System Log Service"}, "Notes": {"Name": "System Log Service"}},
+                                 sel))
+    assert isinstance(facts.events, tuple)
+    assert [(e.log, e.message) for e in facts.events] == [("Log1", "Temperature threshold exceeded")]
+
+
+def test_a_part_the_bmc_rates_warning_is_a_warning_not_a_failed_part(generic: Profile) -> None:
+    """The BMC's own rating bounds ours: Health Warning (a PSU's fan, a predictive fault) is a warning;
+    Critical stays a critical failure."""
+    facts = bmc(psus=(BmcPsu("PSU1", "Enabled", "Warning", capacity_w=2700.0),
+                      BmcPsu("PSU2", "Enabled", "Critical", capacity_w=2700.0)),
+                fans=(BmcFan("Fan1", 5000.0, "RPM", state="Enabled", health="Warning"),))
+    psus = run(PSU, facts, generic)
+    assert (psus["PSU1"].status, psus["PSU1"].severity) == (Status.WARN, Severity.WARNING)
+    assert "rates it Warning" in psus["PSU1"].message
+    assert (psus["PSU2"].status, psus["PSU2"].severity) == (Status.FAIL, Severity.CRITICAL)
+    fan = run(FANS, facts, generic)["Fan1"]
+    assert fan.severity is Severity.WARNING  # the profile rates fans warning already: unchanged

@@ -88,6 +88,8 @@ COLLECTIONS = {
     "cray-ex425-amd-milan-blade": ("/redfish/v1/Chassis", 4, "/redfish/v1/Chassis/Mezz0"),
     "cray-ex4252-amd-genoa-blade": ("/redfish/v1/Chassis", 9, "/redfish/v1/Chassis/Mezz1"),
     "cray-slingshot-switch-blade": ("/redfish/v1/Chassis", 1, "/redfish/v1/Chassis/Enclosure"),
+    # issue 31.2: both layouts in one chassis
+    "dmtf-public-rackmount1": ("/redfish/v1/Chassis/1U/Sensors", 41, "/redfish/v1/Chassis/1U/Sensors/AmbientTemp"),
 }
 
 

@@ -76,3 +76,38 @@ def test_an_untyped_sensor_beside_a_legacy_thermal_is_left_to_it() -> None:
     assert isinstance(bmc.temperatures, tuple) and bmc.temperatures
     assert all("/Thermal" in t.where for t in bmc.temperatures)
     assert bmc.sensors_not_judged == ()
+
+
+DMTF = "dmtf-public-rackmount1"  # DMTF's 1U example: Thermal, Power, Sensors, ThermalMetrics, EnvironmentMetrics
+
+
+def test_a_chassis_with_only_thermal_and_environment_metrics_is_judged_on_them(tmp_path: Path) -> None:
+    """A BMC that lays readings out only as ThermalSubsystem/ThermalMetrics and EnvironmentMetrics (no Thermal,
+    no Power, no Sensors): its temperatures and power draw come from those excerpts, over HTTP."""
+    tree = tmp_path / DMTF
+    shutil.copytree(TREES / DMTF, tree)
+    chassis = tree / "redfish/v1/Chassis/1U"
+    for gone in ("Thermal", "Power", "Sensors"):
+        shutil.rmtree(chassis / gone)
+    body = json.loads((chassis / "index.json").read_text())
+    for gone in ("Thermal", "Power", "Sensors"):
+        body.pop(gone)
+    (chassis / "index.json").write_text(json.dumps(body))
+    with sushy_static(tree) as peer:
+        live, status, _ = read_redfish(lambda: LiveRedfish(peer.url, "admin", "pw", timeout_s=5.0, backoff_s=0.05),
+                                       deadline_s=60)
+    assert isinstance(live, BmcFacts) and isinstance(live.temperatures, tuple), live
+    by_name = {t.name: t for t in live.temperatures}
+    # ThermalMetrics' two readings and EnvironmentMetrics' one (its CPU1Temp sensor is not read here)
+    assert {name: t.reading for name, t in by_name.items()} == {"Intake": 24.8, "Exhaust": 40.5, "CPU1Temp": 39.0}
+    assert by_name["Intake"].where.endswith("/ThermalSubsystem/ThermalMetrics#/TemperatureReadingsCelsius/0")
+    assert live.power_consumed_w == 374.0  # EnvironmentMetrics.PowerWatts
+    findings = {(f.check, f.subject): f for f in _judge(live, status, ProfileStore().profile("generic-nvidia"))}
+    assert findings[("bmc.temperatures", "Exhaust")].status is Status.PASS
+
+
+def test_metrics_excerpts_never_double_a_chassis_with_sensors() -> None:
+    bmc = recorded(TREES / DMTF)
+    assert isinstance(bmc.temperatures, tuple)
+    assert all("/Sensors/" in t.where for t in bmc.temperatures)  # not Thermal, not ThermalMetrics, not both
+    assert len(bmc.temperatures) == len({t.where for t in bmc.temperatures}) == 8

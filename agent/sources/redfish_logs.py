@@ -51,8 +51,27 @@ def _service_id(path: str) -> tuple[str, str]:
     return head, head.rsplit("/", 1)[-1]
 
 
-def is_hardware_log(service_id: str, body: Mapping[str, Any] | None) -> bool:
-    """Whether a LogService holds hardware events (see the module notes)."""
+def entry_types(res: Mapping[str, dict[str, Any]], service_path: str) -> frozenset[str]:
+    """The EntryType values of a log service's entries as read (inline members or entry resources)."""
+    prefix = f"{service_path}/Entries"
+    found: set[str] = set()
+    collection = res.get(prefix)
+    members = collection.get("Members") if isinstance(collection, dict) else None
+    for member in members if isinstance(members, list) else []:
+        if isinstance(member, dict) and isinstance(member.get("EntryType"), str):
+            found.add(member["EntryType"])
+    for path, body in res.items():
+        if path.startswith(prefix + "/") and isinstance(body.get("EntryType"), str):
+            found.add(body["EntryType"])
+        if len(found) > 8:  # a handful of kinds exist; a hostile tree gets no further
+            break
+    return frozenset(found)
+
+
+def is_hardware_log(service_id: str, body: Mapping[str, Any] | None, kinds: frozenset[str] = frozenset()) -> bool:
+    """Whether a LogService holds hardware events (see the module notes). `kinds`: the EntryType of the
+    entries read, which tell a log by what it holds when neither its id nor its name says (DMTF's
+    "System Log Service" of SEL entries)."""
     if _NOT_EVENTS_RE.search(service_id):
         return False
     if service_id.lower() in HARDWARE_LOG_IDS:
@@ -61,7 +80,7 @@ def is_hardware_log(service_id: str, body: Mapping[str, Any] | None) -> bool:
         return True  # not read: judge its entries rather than drop them unseen
     if body.get("DiagnosticDataType") or body.get("OEMDiagnosticDataType"):
         return False  # dumps and diagnostic data, not events
-    if body.get("LogEntryType") in ("SEL", "Event"):
+    if body.get("LogEntryType") in ("SEL", "Event") or kinds & {"SEL", "Event"}:
         return True
     name = body.get("Name")
     return isinstance(name, str) and bool(_EVENT_NAME_RE.search(name)) and not _NOT_EVENTS_RE.search(name)
@@ -188,7 +207,7 @@ def log_entries(res: Mapping[str, dict[str, Any]], problems: Problems) -> tuple[
     entries: dict[tuple[str, ...], BmcLogEntry] = {}
     for entries_path, members in sorted(per_log.items()):
         service_path, service_id = _service_id(entries_path)
-        if not is_hardware_log(service_id, res.get(service_path)):
+        if not is_hardware_log(service_id, res.get(service_path), entry_types(res, service_path)):
             continue
         seen: dict[str, _Raw] = {}
         for order, (where, entry) in enumerate(members[-MAX_ENTRIES_PER_LOG:]):

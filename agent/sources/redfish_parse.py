@@ -31,9 +31,16 @@ from agent.facts import (
 from agent.model import Unknown, Unsupported
 from agent.sources.bios_registry import EnumRegistry, parse_attribute_registry
 from agent.sources.redfish_fields import ROOT, Problems, Res
-from agent.sources.redfish_logs import is_hardware_log, log_entries
+from agent.sources.redfish_logs import entry_types, is_hardware_log, log_entries
 from agent.sources.redfish_registry import name_rank, registry_id
-from agent.sources.redfish_sensors import SensorReadings, chassis_of, merged, read_sensors
+from agent.sources.redfish_sensors import (
+    SensorReadings,
+    chassis_of,
+    merged,
+    metric_power_w,
+    metric_temperatures,
+    read_sensors,
+)
 from agent.sources.redfish_storage import parse_storage
 
 NOT_CAUSES = ("SoftwareInventory.", "LogService.", "LogEntry.", "Collection", "Session.", "EventDestination.",
@@ -140,7 +147,19 @@ def _thermal(res: Mapping[str, dict[str, Any]], problems: Problems, sensors: Sen
     # The Sensors layout (agent.sources.redfish_sensors): a chassis' temperature sensors replace its
     # Thermal.Temperatures; its fan sensors count only where the chassis describes no fan itself.
     described = frozenset(c for c in (chassis_of(f.where) for f in fans) if c)
-    return merged(temperatures, sensors.temperatures), merged(fans, sensors.fans, keep_legacy_of=described)
+    temperatures = merged(temperatures, sensors.temperatures)
+    # ThermalMetrics / EnvironmentMetrics excerpts: only for a chassis no other layout gave a temperature
+    placed = {c for c in (chassis_of(t.where) for t in temperatures) if c}
+    sensor_paths = {t.where for t in temperatures}
+    from_metrics = metric_temperatures(_metrics(res, problems), sensor_paths)
+    temperatures += [t for chassis in sorted(set(from_metrics) - placed) for t in from_metrics[chassis]]
+    return temperatures, merged(fans, sensors.fans, keep_legacy_of=described)
+
+
+def _metrics(res: Mapping[str, dict[str, Any]], problems: Problems) -> list[Res]:
+    """A chassis' ThermalMetrics and EnvironmentMetrics (not a GPU's: those are Processors' own)."""
+    return [r for r in _of_type(res, "ThermalMetrics.", problems) + _of_type(res, "EnvironmentMetrics.", problems)
+            if "/Chassis/" in r.path]
 
 
 def _voltages(res: Mapping[str, dict[str, Any]], problems: Problems, sensors: SensorReadings) -> list[BmcVoltage]:
@@ -439,7 +458,7 @@ def _events(res: Mapping[str, dict[str, Any]], problems: Problems, errors: Mappi
     services = _of_type(res, "LogService.", problems)
     if not services:
         return missing("log services", "LogServices")
-    hardware = [s for s in services if is_hardware_log(s.path.rsplit("/", 1)[-1], s.body)]
+    hardware = [s for s in services if is_hardware_log(s.path.rsplit("/", 1)[-1], s.body, entry_types(res, s.path))]
     if not hardware:
         names = ", ".join(s.path.rsplit("/", 1)[-1] for s in services)
         return Unsupported(f"this BMC exposes no hardware event log (only {names})")
@@ -524,10 +543,13 @@ def parse_bmc(walk: WalkResult, insecure: bool = False) -> BmcFacts:
     psus, redundancy, consumed = _power(res, problems)
     if consumed is None and sensors.chassis_power_w:
         consumed = sensors.chassis_power_w[sorted(sensors.chassis_power_w)[0]]
+    metric_power = metric_power_w(_metrics(res, problems))
+    if consumed is None and metric_power:
+        consumed = metric_power[sorted(metric_power)[0]]
     facts["sensors_not_judged"] = tuple(sorted(sensors.not_placed.items()))
     facts["power_limits"] = tuple(_unique_names(_power_limits(res, problems)))
     legacy_thermal = bool(_of_type(res, "Thermal.", problems) or _of_type(res, "ThermalSubsystem.", problems))
-    have_thermal = legacy_thermal or bool(sensors.temperatures)
+    have_thermal = legacy_thermal or bool(sensors.temperatures) or bool(temperatures)
     have_fans = legacy_thermal or bool(sensors.fans)
     have_power = bool(_of_type(res, "Power.", problems) or _of_type(res, "PowerSubsystem.", problems))
     facts["temperatures"] = tuple(_unique_names(temperatures)) if have_thermal else missing("thermal data", "Thermal")

@@ -14,7 +14,7 @@ type, so the BMC's facts say what was not placed instead of staying silent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from agent.facts_bmc import BmcFan, BmcTemperature, BmcVoltage
@@ -107,6 +107,43 @@ def read_sensors(sensors: Iterable[Res], legacy_chassis: frozenset[str] = frozen
     return readings
 
 
+def metric_temperatures(metrics: Iterable[Res], read_sensors: Collection[str]) -> dict[str, list[BmcTemperature]]:
+    """Per chassis, the temperatures its `ThermalMetrics` (TemperatureReadingsCelsius) and
+    `EnvironmentMetrics` (TemperatureCelsius) excerpts give: readings without thresholds, the last
+    resort of a chassis that has neither Sensors nor a legacy Thermal. An excerpt whose DataSourceUri is
+    a sensor already read is that sensor: left out."""
+    out: dict[str, list[BmcTemperature]] = {}
+    for resource in metrics:
+        chassis = chassis_of(resource.path)
+        if chassis is None:
+            continue
+        excerpts = resource.items("TemperatureReadingsCelsius")
+        single = resource.obj("TemperatureCelsius")
+        if single.num("Reading") is not None:
+            excerpts.append(Res(f"{resource.path}#/TemperatureCelsius", single.body, resource.problems))
+        for excerpt in excerpts:
+            source = excerpt.text("DataSourceUri")
+            if source and source.rstrip("/") in read_sensors:
+                continue
+            name = excerpt.text("DeviceName") or (source or "").rstrip("/").rsplit("/", 1)[-1] or (
+                f"{resource.name('Name', 'Id')} {excerpt.path.rsplit('#', 1)[-1]}")
+            out.setdefault(chassis, []).append(BmcTemperature(
+                name=name, reading=excerpt.num("Reading"), context=excerpt.text("PhysicalContext"),
+                where=excerpt.path))
+    return out
+
+
+def metric_power_w(metrics: Iterable[Res]) -> dict[str, float]:
+    """Per chassis, the power draw its EnvironmentMetrics (or ThermalMetrics, for the cooling) reports."""
+    out: dict[str, float] = {}
+    for resource in metrics:
+        chassis = chassis_of(resource.path)
+        value = resource.obj("PowerWatts").num("Reading")
+        if chassis is not None and value is not None and "EnvironmentMetrics" in resource.path:
+            out.setdefault(chassis, value)
+    return out
+
+
 def merged(legacy: Iterable[Any], from_sensors: Mapping[str, list[Any]], *,
            keep_legacy_of: frozenset[str] = frozenset()) -> list[Any]:
     """The legacy items of each chassis without Sensors readings (or named in `keep_legacy_of`), then
@@ -116,4 +153,5 @@ def merged(legacy: Iterable[Any], from_sensors: Mapping[str, list[Any]], *,
     return kept + [item for chassis in sorted(replaced) for item in from_sensors[chassis]]
 
 
-__all__ = ["Problems", "SensorReadings", "chassis_of", "merged", "read_sensors"]
+__all__ = ["Problems", "SensorReadings", "chassis_of", "merged", "metric_power_w", "metric_temperatures",
+           "read_sensors"]

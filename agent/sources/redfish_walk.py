@@ -93,10 +93,11 @@ def children(path: str, body: dict[str, Any]) -> list[str]:
         links = [link(body, "Thermal"), link(body, "Power"), link(body, "ThermalSubsystem"),
                  link(body, "PowerSubsystem"), link(body, "Sensors"),  # Sensors: OpenBMC, Cray EX (issue 31.2)
                  link(body, "Controls"),  # power caps as `#Control` (issue 31.5)
+                 link(body, "EnvironmentMetrics"),  # power and temperature excerpts (31.2)
                  link(body, "Oem", "Alarms")]  # HPE Cray: leak alarms
         # Its drives: `chassis_drives` (a whole walk only, the drives after everything else).
     elif "ThermalSubsystem." in kind:
-        links = [link(body, "Fans"), link(body, "LeakDetection")]
+        links = [link(body, "Fans"), link(body, "LeakDetection"), link(body, "ThermalMetrics")]
     elif "LeakDetection." in kind:
         links = [link(body, "LeakDetectors")]
     elif "PowerSubsystem." in kind:
