@@ -408,3 +408,18 @@ def test_a_part_the_bmc_rates_warning_is_a_warning_not_a_failed_part(generic: Pr
     assert (psus["PSU2"].status, psus["PSU2"].severity) == (Status.FAIL, Severity.CRITICAL)
     fan = run(FANS, facts, generic)["Fan1"]
     assert fan.severity is Severity.WARNING  # the profile rates fans warning already: unchanged
+
+
+def test_a_power_subsystem_battery_is_judged_with_the_supplies(generic: Profile) -> None:
+    """Issue 31.2: PowerSubsystem/Batteries (a tray's backup battery) are read; a Critical one is a failure."""
+    base = "/redfish/v1/Chassis/1/PowerSubsystem"
+    facts = parse_resources({
+        base: {"@odata.id": base, "@odata.type": "#PowerSubsystem.v1_1_0.PowerSubsystem"},
+        f"{base}/Batteries/BBU": {"@odata.id": f"{base}/Batteries/BBU", "@odata.type": "#Battery.v1_2_0.Battery",
+                                  "Id": "BBU", "Name": "Battery 1", "Model": "BBU-9",
+                                  "Status": {"State": "Enabled", "Health": "Critical"}}})
+    assert isinstance(facts.psus, tuple)
+    (battery,) = facts.psus
+    assert (battery.name, battery.health, battery.model) == ("Battery 1", "Critical", "BBU-9")
+    finding = run(PSU, facts, generic)["Battery 1"]
+    assert (finding.status, finding.severity) == (Status.FAIL, Severity.CRITICAL)

@@ -204,6 +204,8 @@ def _power(res: Mapping[str, dict[str, Any]], problems: Problems
     modern = [_psu(p) for p in _of_type(res, "PowerSupply.", problems)]
     if modern:
         psus = modern  # the same units as Power.PowerSupplies, described by the newer schema
+    # PowerSubsystem/Batteries (a rack tray's or a server's backup battery): judged with the supplies
+    psus += [_psu(b) for b in _of_type(res, "#Battery.", problems)]
     if not redundancy:  # the newer schema's groups only when the legacy Power has none (no doubles)
         for subsystem in _of_type(res, "PowerSubsystem.", problems):
             for number, r in enumerate(subsystem.items("PowerSupplyRedundancy")):

@@ -101,7 +101,7 @@ def children(path: str, body: dict[str, Any]) -> list[str]:
     elif "LeakDetection." in kind:
         links = [link(body, "LeakDetectors")]
     elif "PowerSubsystem." in kind:
-        links = [link(body, "PowerSupplies")]
+        links = [link(body, "PowerSupplies"), link(body, "Batteries")]  # Batteries: a tray's BBU (31.2)
     elif "UpdateService." in kind:
         links = [link(body, "FirmwareInventory")]
     elif "LogService." in kind:
