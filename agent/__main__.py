@@ -1,3 +1,3 @@
-from agent.cli import main
+from agent.apps.cli.main import main
 
 main()

@@ -30,8 +30,8 @@ TARGET_PCT = 1.0
 
 def child(samples: int) -> None:
     sys.path.insert(0, str(REPO))
-    from agent.accept.recording import Recording
-    from agent.accept.sampler import Sampler
+    from agent.apps.accept.sampler import Sampler
+    from agent.core.series import Recording
 
     recording = Recording(run_id="bench", started_at="", interval_s=1.0)
     sampler = Sampler(recording)

@@ -40,7 +40,7 @@ BASELINE = "import json,pathlib,sys\nfor p in pathlib.Path(sys.argv[1]).glob('*.
 RETAINED = """
 import gc, sys, tracemalloc
 from pathlib import Path
-from agent.fleet import input_files, read_reports
+from agent.apps.fleet import input_files, read_reports
 files, _ = input_files([Path(sys.argv[1])])
 tracemalloc.start()
 gc.collect()

@@ -2,7 +2,7 @@
 
 Goals (issue 24): from the state file <= 0.5 s; the one-shot audit of a simulated 8-GPU node
 (hgx-h100-drifted, fork + audit + verdict) <= 30 s, half of slurmd's 60 s HealthCheckProgram kill.
-The state file is the one the daemon writes (agent.scheduler.state.DaemonStateFile over a real
+The state file is the one the daemon writes (agent.apps.scheduler.state.DaemonStateFile over a real
 audit of the same node). Whole processes, interleaved with the `import click` baseline, medians and
 maxima of `--runs` runs, from `/`.
 
@@ -23,9 +23,9 @@ from _timing import REPO, bin_path, time_commands, warm_bytecode
 
 sys.path.insert(0, str(REPO))
 
-from agent.config import Config
-from agent.engine import AuditRequest, run_audit
-from agent.scheduler.state import DaemonStateFile
+from agent.apps.scheduler.state import DaemonStateFile
+from agent.engine.audit import AuditRequest, run_audit
+from agent.policy.config import Config
 
 STATE_GOAL_S, COLD_GOAL_S = 0.5, 30.0
 BASELINE = "python -c 'import click' (baseline)"

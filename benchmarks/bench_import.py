@@ -17,7 +17,7 @@ importer's repeat filter cannot shrink it):
 
 Each is imported by `nodewarden snapshot import INPUT --out DIR` as a whole process (a wrapper
 whose only child is the import reads its `ru_maxrss`), interleaved run by run. Each snapshot is
-then checked: kmsg.txt holds at most agent.importers.base.MAX_KMSG_LINES lines, they are the
+then checked: kmsg.txt holds at most agent.sources.importers.base.MAX_KMSG_LINES lines, they are the
 *last* lines of the input, and `nodewarden audit --snapshot DIR --format json` exits 0 or 1.
 
 Usage: python benchmarks/bench_import.py [--runs 1] [--sizes 1,50,500] [--sosreport | --only-sosreport] [--keep DIR]
@@ -46,8 +46,8 @@ from _timing import REPO
 
 sys.path.insert(0, str(REPO))
 
-from agent.importers.base import MAX_KMSG_LINES
-from agent.importers.bug_report import SEPARATOR
+from agent.sources.importers.base import MAX_KMSG_LINES
+from agent.sources.importers.bug_report import SEPARATOR
 
 F = REPO / "fixtures"
 LSPCI = F / "sources" / "gpud-dell-xe9680" / "lspci-vvv.txt"

@@ -13,7 +13,7 @@ Redfish tree, nvml.json, the kernel log, every check, a 200 KB report written to
   with `mkstemp` + `chmod` by path + `rename`;
 * now: `SnapshotFs` (openat2 confined beneath fs/ where the kernel has it, else the
   O_NOFOLLOW component walk; type checked before and after the open; reads capped),
-  `agent.jsonfile` (size and depth bounds), `agent.fsutil.write_output`.
+  `agent.io.jsonfile` (size and depth bounds), `agent.io.fsutil.write_output`.
 
 Each run's CPU time (`process_time`: this 2-core VM shares its cores, and waiting is not
 the I/O layer's cost) is compared with the `before` run of the same round; the ratio is the
@@ -43,11 +43,11 @@ from _timing import REPO
 
 sys.path.insert(0, str(REPO))
 
-import agent.snapshot as snapshot_mod
-from agent import jsonfile
-from agent.config import load_config
-from agent.engine import AuditRequest, run_audit
-from agent.fsutil import write_output
+import agent.sources.snapshot as snapshot_mod
+from agent.engine.audit import AuditRequest, run_audit
+from agent.io import jsonfile
+from agent.io.fsutil import write_output
+from agent.policy.config import load_config
 from agent.report import render
 from agent.sources.fsroot import MAX_FILE_BYTES
 from agent.sources.fsroot_snapshot import SnapshotFs

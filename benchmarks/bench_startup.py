@@ -12,7 +12,7 @@ CPU time does not, so its ratios stay put when the wall ratios wander. The verdi
 unless `--cpu` is given.
 
 Every command runs once untimed first: a node audits with its YAML parse and profile-validation
-caches warm (agent.yamlfile) and the files in the page cache; timing the first, cold run of a
+caches warm (agent.io.yamlfile) and the files in the page cache; timing the first, cold run of a
 freshly edited tree would measure PyYAML and the schema check instead.
 
 Usage: python benchmarks/bench_startup.py [--runs N] [--cpu]
@@ -36,7 +36,7 @@ BASELINE = "python -c 'import click' (baseline)"
 
 
 def heavy_imports(args: list[str]) -> list[str]:
-    code = ("import sys; from agent.cli import cli\n"
+    code = ("import sys; from agent.apps.cli.main import cli\n"
             "try:\n    cli.main(args=sys.argv[1:], prog_name='nodewarden')\n"
             "except SystemExit:\n    pass\n"
             f"print('heavy=' + ','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.expect import AtLeast, Expectation, saturated
-from agent.facts import NodeFacts
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.profiles import Profile
+from agent.core.expect import AtLeast, Expectation, saturated
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.policy.profiles import Profile
 
 Evaluator = Callable[[NodeFacts, Profile], list[Finding]]
 
@@ -39,13 +39,13 @@ class Check:
     # (baseline.drift's GPU half: `--skip 'gpu.*'` must not touch NVML).
     optional_reads: tuple[str, ...] = ()
     # What the check reads from the profile: its JSON-Schema fragment, placed under
-    # `expect.<expect_path>` in the generated profiles/schema.json (agent.schema_gen).
+    # `expect.<expect_path>` in the generated profiles/schema.json (agent.apps.cli.schema_gen).
     expect_path: tuple[str, ...] = ()
     schema: Mapping[str, Any] | None = field(default=None, repr=False)
     evidence: str = ""  # what counts as evidence, one line for the README's check reference
     evaluate: Evaluator | None = field(default=None, repr=False)
     # The fact areas its findings come from, which an imported snapshot ties to its input files (a
-    # finding's `evidence`): host parts by name (agent.host_parts.HOST_PARTS: "sysctl", "pci", ...),
+    # finding's `evidence`): host parts by name (agent.sources.host_parts.HOST_PARTS: "sysctl", "pci", ...),
     # "host" (all of them), "nvml", "kmsg", "redfish", "ipmi" or "ipmi.<part>" (sensors, sel, fru,
     # device_id, power), "subject" (the finding's subject names the source). Empty: FACT_AREAS
     # below for the checks written before this field, else what the check's source implies.

@@ -18,10 +18,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent.expect import Expectation
-from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcSwitch, BmcTemperature, NodeFacts
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.numbers import finite, parse_iso_time
+from agent.core.expect import Expectation
+from agent.core.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcSwitch, BmcTemperature, NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.core.numbers import finite, parse_iso_time
 from checks import Check
 
 PRESENT_STATES_SKIPPED = ("Absent", "StandbySpare", "StandbyOffline", "Standby", "Disabled")

@@ -6,18 +6,18 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from agent import versions
-from agent.expect import Expectation
-from agent.facts import FirmwareItem, GpuFacts, NodeFacts, NvmlFacts
-from agent.gpu_family import ARCHITECTURES, last_driver_branch, name_architecture
-from agent.matching import GPU_MODEL_PCI_IDS, board_fit
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.profiles import Profile
+from agent.core import versions
+from agent.core.expect import Expectation
+from agent.core.facts import FirmwareItem, GpuFacts, NodeFacts, NvmlFacts
+from agent.core.gpu_family import ARCHITECTURES, last_driver_branch, name_architecture
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.policy.matching import GPU_MODEL_PCI_IDS, board_fit
+from agent.policy.profiles import Profile
 from checks import Check
 
 # Widths of the NVML counters (nvml.h): ECC and NVLink error counts are unsigned long long; retired pages
 # (nvmlDeviceGetRetiredPages), remapped rows (nvmlDeviceGetRemappedRows) and the PCIe replay counter
-# (nvmlDeviceGetPcieReplayCounter) unsigned int. A reading at the maximum is a lower bound (agent.expect).
+# (nvmlDeviceGetPcieReplayCounter) unsigned int. A reading at the maximum is a lower bound (agent.core.expect).
 ECC_BITS = 64
 NVLINK_BITS = 64
 RETIRED_BITS = 32
@@ -50,7 +50,7 @@ def nvml_gpus(check: Check, facts: NodeFacts, expectation: Expectation | None) -
 def partial_view(profile: Profile, facts: NodeFacts) -> str | None:
     """Issue 13 rule 11: why the board-level expectations are not judged here, or None for the whole board.
 
-    The one predicate is `agent.matching.board_fit`, which gpu.count and fabric.nvswitch.count use too:
+    The one predicate is `agent.policy.matching.board_fit`, which gpu.count and fabric.nvswitch.count use too:
     fewer GPUs in view than the profile's board, and no evidence of the whole board (NVSwitches on PCI,
     DMI or the node's BMC naming an HGX/DGX system or a listed platform, the BMC's NVLink switches).
     One SXM GPU in a VM, a one-GPU `nvidia-smi` dump or a GPU selection is such a partial view: the

@@ -31,8 +31,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from agent.facts import HostFacts, RdmaDevice
-from agent.model import Unknown
+from agent.core.facts import HostFacts, RdmaDevice
+from agent.core.model import Unknown
 
 PHYSICAL = {"MT4123": "ConnectX-6", "MT4125": "ConnectX-6 Dx", "MT4127": "ConnectX-6 Lx", "MT4129": "ConnectX-7",
             "MT4131": "ConnectX-8", "MT41686": "BlueField-2", "MT41692": "BlueField-3", "MT41695": "BlueField-4"}

@@ -1,6 +1,6 @@
 """accept.*: judgement of an acceptance run under full load (`nodewarden accept`), over its recording.
 
-These checks judge the recorded series (agent.accept.recording), not one reading, so an audit has
+These checks judge the recorded series (agent.core.series), not one reading, so an audit has
 nothing for them (their evaluators return no finding) and `judge` is what `nodewarden accept`
 calls. They are registered like every check so waivers, `--only`, the README table and the profile
 schema treat them alike. Each threshold sits in the profile (`expect.accept.*`) with its source.
@@ -12,11 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.accept.recording import FORBIDDEN_EVENTS, GpuTrack, Recording, Steady, bmc_median, steady, thermal_resistance
-from agent.expect import Expectation
-from agent.facts import NodeFacts
-from agent.model import Finding, Severity, Status
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.core.series import (
+    FORBIDDEN_EVENTS,
+    GpuTrack,
+    Recording,
+    Steady,
+    bmc_median,
+    steady,
+    thermal_resistance,
+)
+from agent.policy.profiles import Profile
 from checks import Check, expectation_schema
 
 

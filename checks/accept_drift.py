@@ -8,11 +8,11 @@ are said (`skip` with the reason), never judged as drift: a new part or firmware
 
 from __future__ import annotations
 
-from agent.accept.recording import GpuTrack, Recording, Steady, bmc_median, steady
-from agent.expect import Expectation
-from agent.facts import NodeFacts
-from agent.model import Finding, Severity, Status
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.core.series import GpuTrack, Recording, Steady, bmc_median, steady
+from agent.policy.profiles import Profile
 from checks import Check
 from checks.accept import per_watt
 

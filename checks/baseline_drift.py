@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.expect import Expectation
-from agent.facts import Baseline, BaselineGpu, GpuFacts, NodeFacts, NvmlFacts, gpu_activity
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import Baseline, BaselineGpu, GpuFacts, NodeFacts, NvmlFacts, gpu_activity
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._bmc import bmc_facts, with_source
 from checks._gpu import nvml_gpus, subject

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.expect import Expectation
-from agent.facts import BiosSettings, NodeFacts
-from agent.model import Finding, Status, Unknown
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import BiosSettings, NodeFacts
+from agent.core.model import Finding, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._bmc import bmc_facts, with_source
 

@@ -27,11 +27,11 @@ import datetime as dt
 import re
 from collections import defaultdict
 
-from agent.digest import sha256_hex
-from agent.facts import BmcLogEntry, NodeFacts
-from agent.model import Finding, Severity, Status
-from agent.numbers import parse_iso_time
-from agent.profiles import Profile
+from agent.core.digest import sha256_hex
+from agent.core.facts import BmcLogEntry, NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.core.numbers import parse_iso_time
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._bmc import bmc_facts, entry_time, event_window, open_entries, with_source
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from agent.facts import FirmwareItem, NodeFacts
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.facts import FirmwareItem, NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._bmc import NOT_MEASURING, bmc_facts, with_source
 from checks._gpu import gpu_vbios_image
@@ -168,7 +168,7 @@ def group_label(items: list[FirmwareItem], model: str | None = None) -> str:
     The group key (`psu.slot.#|power supply.slot.#`) stays the finding's subject: waivers and
     metrics name it; this is what the table and the message show.
     """
-    from agent.names import compress, natural_key
+    from agent.core.names import compress, natural_key
 
     names = [_MAC_RE.sub("", i.name.strip()) or i.component_id for i in items]
     label = compress(names) or ", ".join(sorted(set(names), key=natural_key))

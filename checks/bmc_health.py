@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
-from agent.facts import NodeFacts
-from agent.model import Finding, Severity, Status
-from agent.numbers import finite
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.core.numbers import finite
+from agent.policy.profiles import Profile
 from agent.sources.ipmi_parse import NON_RECOVERABLE
 from checks import Check
 from checks._bmc import (

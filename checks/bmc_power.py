@@ -9,9 +9,9 @@ of what it can draw, GPUs included). No cap, or no power control read: a pass, o
 
 from __future__ import annotations
 
-from agent.facts import BmcFacts, BmcPowerLimit, NodeFacts
-from agent.model import Finding, Severity, Status
-from agent.profiles import Profile
+from agent.core.facts import BmcFacts, BmcPowerLimit, NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._bmc import with_source
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from agent.expect import Expectation
-from agent.facts import NOT_READ, BmcDrive, BmcFacts, BmcVolume, NodeFacts
-from agent.model import Finding, Severity, Status
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import NOT_READ, BmcDrive, BmcFacts, BmcVolume, NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._bmc import bmc_facts, not_judged_summary, unusable, with_source
 

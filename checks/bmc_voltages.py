@@ -14,10 +14,10 @@ critical: the BMC and its thresholds disagree, and a critical needs a side that 
 
 from __future__ import annotations
 
-from agent.facts import BmcFacts, BmcVoltage, NodeFacts
-from agent.model import Finding, Severity, Status
-from agent.numbers import finite
-from agent.profiles import Profile
+from agent.core.facts import BmcFacts, BmcVoltage, NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.core.numbers import finite
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._bmc import NOT_MEASURING, unusable, with_source
 

@@ -7,9 +7,9 @@ its GPUs are not this host's, and a mismatch would be a fault that exists nowher
 
 from __future__ import annotations
 
-from agent.facts import BmcBinding, BmcFacts, NodeFacts, NvmlFacts
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.facts import BmcBinding, BmcFacts, NodeFacts, NvmlFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import pci_without_gpus
 

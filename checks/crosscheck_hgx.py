@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 
-from agent.expect import Expectation
-from agent.facts import BmcFacts, BmcGpu, NodeFacts
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import BmcFacts, BmcGpu, NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 
 HGX_HEALTH = Check("crosscheck.hgx_gpu_health", "GPU health: HGX baseboard vs host system (BMC)", source="bmc",

@@ -2,7 +2,7 @@
 
 Profiles match on the PCI tree's ids, on NVML's (pciDeviceId) when the tree lists no GPU (a container
 or VM that sees the GPUs only through the driver), and on the BMC's GPU processors in a BMC-only
-audit (agent.matching.identify). Where the views disagree, the profile was chosen from one of them:
+audit (agent.policy.matching.identify). Where the views disagree, the profile was chosen from one of them:
 that is said here, never a silent fallback.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agent.facts import BmcFacts, NodeFacts, NvmlFacts
-from agent.matching import GPU_MODEL_PCI_IDS
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.facts import BmcFacts, NodeFacts, NvmlFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.matching import GPU_MODEL_PCI_IDS
+from agent.policy.profiles import Profile
 from checks import Check
 
 VIEWS = Check("crosscheck.gpu_views", "GPU identity: PCI tree vs NVML vs BMC", source="crosscheck",

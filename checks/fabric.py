@@ -21,12 +21,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import NamedTuple
 
-from agent.expect import Expectation
-from agent.facts import NOT_READ, NodeFacts, NvSwitchError, PciFunction
-from agent.matching import board_fit
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.numbers import MAX_UPTIME_S, finite, sane_time
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import NOT_READ, NodeFacts, NvSwitchError, PciFunction
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.core.numbers import MAX_UPTIME_S, finite, sane_time
+from agent.policy.matching import board_fit
+from agent.policy.profiles import Profile
 from agent.sources.fabric import FM_LOG, fm_log_time, parse_sxids
 from checks import Check
 from checks._gpu import not_judged_on_partial_view, partial_view, pci_without_gpus

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Unknown
-from agent.profiles import Profile
+from agent.core.facts import GpuFacts, NodeFacts
+from agent.core.model import Finding, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import per_gpu
 

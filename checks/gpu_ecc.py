@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.expect import counter_total, saturated
-from agent.facts import GpuFacts, NodeFacts, NvmlFacts
-from agent.model import Finding, Severity, Status
-from agent.profiles import Profile
+from agent.core.expect import counter_total, saturated
+from agent.core.facts import GpuFacts, NodeFacts, NvmlFacts
+from agent.core.model import Finding, Severity, Status
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import (
     ECC_BITS,

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from agent.expect import Expectation
-from agent.facts import BmcFacts, FirmwareItem, Maybe, NodeFacts
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import BmcFacts, FirmwareItem, Maybe, NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import driver_within_branch, gpu_vbios_image, nvml_gpus, per_gpu, subject
 

@@ -6,9 +6,9 @@ are partitioned); only a profile that pins it (`equals`) judges it.
 
 from __future__ import annotations
 
-from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Status
-from agent.profiles import Profile
+from agent.core.facts import GpuFacts, NodeFacts
+from agent.core.model import Finding, Status
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import nvml_gpus, per_gpu, subject
 

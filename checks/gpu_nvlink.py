@@ -8,10 +8,10 @@ itself reports stays a finding: some links up and another down, or a failed regi
 
 from __future__ import annotations
 
-from agent.expect import counter_total, saturated
-from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.expect import counter_total, saturated
+from agent.core.facts import GpuFacts, NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import NVLINK_BITS, not_judged_on_partial_view, nvml_gpus, partial_view, per_gpu, subject
 

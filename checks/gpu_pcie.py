@@ -7,10 +7,10 @@ Replay counters are judged as a rate, since healthy GPUs show a few replays.
 
 from __future__ import annotations
 
-from agent.expect import AtLeast, saturated
-from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Unknown, Unsupported
-from agent.profiles import Profile
+from agent.core.expect import AtLeast, saturated
+from agent.core.facts import GpuFacts, NodeFacts
+from agent.core.model import Finding, Unknown, Unsupported
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import PCIE_REPLAY_BITS, per_gpu
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.expect import Expectation
-from agent.facts import CLOCK_EVENT_BITS, GpuFacts, NodeFacts, gpu_activity
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import CLOCK_EVENT_BITS, GpuFacts, NodeFacts, gpu_activity
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import gpu_refs, nvml_gpus, subject
 

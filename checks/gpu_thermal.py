@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from agent.facts import GpuFacts, NodeFacts
-from agent.model import Finding, Status
-from agent.profiles import Profile
+from agent.core.facts import GpuFacts, NodeFacts
+from agent.core.model import Finding, Status
+from agent.policy.profiles import Profile
 from checks import Check
 from checks._gpu import gpu_refs, nvml_gpus, per_gpu, subject
 

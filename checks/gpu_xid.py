@@ -1,7 +1,7 @@
 """gpu.xid: Xid errors in the kernel log since boot, with what to do about them.
 
 Every code of NVIDIA's Xid catalogue maps to an action and a severity
-(agent/xid_catalog.py, which names the catalogue version it transcribes). Some
+(agent/core/xid_catalog.py, which names the catalogue version it transcribes). Some
 are decoded from the text: NVLink5 Xids 144-150 by sub-code and error status
 (NVIDIA's non-fatal ones warn, the fatal ones are `reset_gpu`), Xid 154 by the
 recovery action it names, and Xid 48 with 63/64 on the same GPU is
@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from agent.facts import NodeFacts, XidEvent
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts, XidEvent
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.core.xid_catalog import APPLICATION_ACTIONS, Verdict, classify, rank
+from agent.policy.profiles import Profile
 from agent.sources.kmsg import boot_time, predates_boot, timeless
-from agent.xid_catalog import APPLICATION_ACTIONS, Verdict, classify, rank
 from checks import Check
 
 UNTIMED_NOTE = "the log carries no time stamps: what dmesg holds, the current boot from its last boot banner"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check, expectation_schema
 
 GOVERNOR = Check("host.cpu.governor", "CPU frequency governor", source="host", remediation="cpu_governor",

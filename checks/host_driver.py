@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
-from agent.model import Finding
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding
+from agent.policy.profiles import Profile
 from checks import Check, expectation_schema
 from checks._gpu import driver_within_branch
 

@@ -6,10 +6,10 @@ A GPU that fell off the bus, or one the driver failed to claim, still shows
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
-from agent.matching import board_fit
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.matching import board_fit
+from agent.policy.profiles import Profile
 from checks import Check, expectation_schema
 from checks._gpu import pci_without_gpus
 

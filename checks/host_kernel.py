@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
-from agent.model import Finding, Unknown
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Unknown
+from agent.policy.profiles import Profile
 from checks import Check, keyed_schema
 
 CMDLINE = Check("host.kernel.cmdline", "Kernel command line", source="host", action="reboot",

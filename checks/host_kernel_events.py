@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from agent.expect import Expectation
-from agent.facts import KmsgRecord, NodeFacts
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.profiles import Profile
+from agent.core.expect import Expectation
+from agent.core.facts import KmsgRecord, NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.policy.profiles import Profile
 from agent.sources.kernel_events import BY_ID, RULES, Rule, parse_kernel_events
 from agent.sources.kmsg import boot_time, predates_boot, timeless
 from checks import Check

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts, PciFunction
-from agent.model import Finding, Unknown
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts, PciFunction
+from agent.core.model import Finding, Unknown
+from agent.policy.profiles import Profile
 from checks import Check, expectation_schema
 
 BALANCING = Check("host.numa.balancing", "Automatic NUMA balancing", source="host", remediation="sysctl",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
-from agent.model import Finding
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding
+from agent.policy.profiles import Profile
 from checks import Check, expectation_schema
 
 SWAP = Check("host.swap", "Swap", source="host", action="disable_swap", expect_path=("swap", "total_kb"),

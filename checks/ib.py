@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from agent.expect import AtLeast, Expectation, saturated
-from agent.facts import NodeFacts, RdmaDevice, RdmaPort
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.expect import AtLeast, Expectation, saturated
+from agent.core.facts import NodeFacts, RdmaDevice, RdmaPort
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from agent.sources.rdma import rate_gbps
 from checks import Check
 from checks._gpu import not_judged_on_partial_view, partial_view
@@ -39,7 +39,7 @@ FIRMWARE = Check("ib.firmware", "HCA firmware", source="host", action="update_fi
 
 # Widths of the IB PortCounters error fields (IBA 1.4, 16.1.3.5): a field stops at its
 # maximum ("saturates") instead of wrapping, so a counter at its maximum is a lower bound: it fails
-# a limit below the maximum and is unknown against a limit at or above it (agent.expect.AtLeast).
+# a limit below the maximum and is unknown against a limit at or above it (agent.core.expect.AtLeast).
 COUNTER_BITS = {
     "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
     "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16, "port_xmit_discards": 16,

@@ -6,9 +6,9 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
-from agent.facts import NetInterface, NodeFacts
-from agent.model import Finding, Unknown
-from agent.profiles import Profile
+from agent.core.facts import NetInterface, NodeFacts
+from agent.core.model import Finding, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 
 MTU = Check("net.mtu", "Interface MTU", source="host", remediation="mtu",

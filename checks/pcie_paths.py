@@ -9,9 +9,9 @@ reports its own Gen4 maximum, but riser and management links vary).
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts, PciFunction
-from agent.model import Finding, Status, Unknown, Unsupported
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts, PciFunction
+from agent.core.model import Finding, Status, Unknown, Unsupported
+from agent.policy.profiles import Profile
 from agent.sources.pcie import peer_bridges
 from checks import Check
 

@@ -6,10 +6,10 @@ is a warning that names the hardware that matched nothing.
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
-from agent.matching import board_fit
-from agent.model import Finding, Severity, Status
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.policy.matching import board_fit
+from agent.policy.profiles import Profile
 from checks import Check
 
 PROFILE_MATCH = Check("profile.match", "Profile selection", source="host",

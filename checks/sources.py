@@ -6,9 +6,9 @@ checks that depend on it say `unknown` and this one says why.
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile
 from checks import Check
 
 SOURCE = Check("source.available", "Data sources", source="host",

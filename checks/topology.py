@@ -13,9 +13,9 @@ pass is `skip` with that reason (a VM that exposes the switches is judged as a s
 
 from __future__ import annotations
 
-from agent.facts import NodeFacts
-from agent.model import Finding, Status, Unknown
-from agent.profiles import Profile
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, Status, Unknown
+from agent.policy.profiles import Profile
 from agent.sources.pcie import LEVELS, path_between
 from checks import Check
 from checks._rails import virtual_machine

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent.expect import Expectation
-from agent.facts import NodeFacts
-from agent.model import Finding
-from agent.profiles import Profile
-from agent.sanitise import is_clean
+from agent.core.expect import Expectation
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding
+from agent.core.sanitise import is_clean
+from agent.policy.profiles import Profile
 from agent.sources.fsroot import FsRoot
 
 

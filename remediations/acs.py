@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import struct
 
-from agent.facts import PCI_ADDRESS_RE
-from agent.model import Finding
+from agent.core.facts import PCI_ADDRESS_RE
+from agent.core.model import Finding
 from agent.sources.pcie import ACS_CTRL_OFFSET, ACS_REDIRECT_BITS, ConfigSpaceError, config_path, parse_acs
 from remediations import Action, ActionClass, ByteWrite, PlanContext, actuator, refused
 

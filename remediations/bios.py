@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.expect import Expectation
-from agent.facts import BiosSettings, BmcFacts
-from agent.model import Finding, Status
+from agent.core.expect import Expectation
+from agent.core.facts import BiosSettings, BmcFacts
+from agent.core.model import Finding, Status
 from checks.bios import BIOS, bios_vendor, meets
 from remediations import (
     Action,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from agent.model import Finding
+from agent.core.model import Finding
 from agent.sources.host import CPU_DIR
 from checks.host_cpu import cpu_ranges  # the audit's own cpulist format
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value

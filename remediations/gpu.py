@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.expect import Expectation
-from agent.facts import GpuFacts
-from agent.model import Finding, Unknown
+from agent.core.expect import Expectation
+from agent.core.facts import GpuFacts
+from agent.core.model import Finding, Unknown
 from agent.sources.nvml import COMPUTE_MODES, read_nvml
 from agent.sources.nvml_const import NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM  # not pynvml: importing this loads no binding
 from checks.gpu_clocks import describe_app_clocks

@@ -13,8 +13,8 @@ import re
 import shutil
 import subprocess
 
-from agent.jsonfile import load_json_bytes
-from agent.model import Finding, Unknown
+from agent.core.model import Finding, Unknown
+from agent.io.jsonfile import load_json_bytes
 from agent.sources.host import NET_DIR, read_interface, read_pci_function, read_rdma_ports
 from checks.net_mtu import rule_matches
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from agent.model import Finding
+from agent.core.model import Finding
 from agent.sources.host import InvalidName, normalize_sysctl, sysctl_path
 from remediations import (
     Action,
@@ -37,7 +37,7 @@ _LINE_RE = re.compile(r"^\s*-?\s*([A-Za-z0-9_./-]+)\s*=\s*(.*?)\s*$")
 
 # Sysctls that decide who may run what as root or read kernel memory: a profile file may ask for
 # them (they are still judged) but remediate never writes them unless the operator's own profile
-# names them in `remediate_protected_sysctls:` (agent.profiles). `kernel.core_pattern = |/tmp/x`
+# names them in `remediate_protected_sysctls:` (agent.policy.profiles). `kernel.core_pattern = |/tmp/x`
 # alone makes root run a program of the writer's choosing. Matched on the canonical /proc/sys path.
 PROTECTED_SYSCTLS = (
     "kernel.core_pattern", "kernel.core_pipe_limit", "kernel.modprobe", "kernel.hotplug",

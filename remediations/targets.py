@@ -15,17 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent import dirfd
-from agent.credentials import BmcOptions
-from agent.errors import SnapshotError
-from agent.fsutil import FileSafetyError, check_folder, remove_temp_files, replace_at
+from agent.core.errors import SnapshotError
+from agent.io import dirfd
+from agent.io.credentials import BmcOptions
+from agent.io.fsutil import FileSafetyError, check_folder, remove_temp_files, replace_at
 from agent.sources.deadline import call_with_deadline
 from agent.sources.fsroot import MAX_FILE_BYTES, FsRoot, LiveFs, read_fd
 from agent.sources.fsroot_snapshot import RefusedEntry, SnapshotFs, open_write_dir
 from agent.sources.nvml import RecordedNvml, load_live_nvml
 from agent.sources.redfish import LiveRedfish, PatchResult, RecordedRedfish, RedfishError, valid_path
 
-_TEMP_RE = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")  # agent.fsutil's temporary names
+_TEMP_RE = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")  # agent.io.fsutil's temporary names
 
 
 def _check_path(path: str) -> None:

@@ -7,8 +7,8 @@ runtime change that contradicts it is refused.
 
 from __future__ import annotations
 
-from agent.facts import parse_kernel_cmdline
-from agent.model import Finding
+from agent.core.facts import parse_kernel_cmdline
+from agent.core.model import Finding
 from agent.sources.host import THP_DIR, parse_bracketed
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
 from remediations.boot import BOOT_CONF, persist

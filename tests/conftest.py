@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
+from agent.apps.cli.main import cli
 from tests.peers import processes
 from tests.private_state import PrivateState
 
@@ -27,7 +27,7 @@ PRIVATE_STATE: list[PrivateState | None] = [None]  # the session's, once pytest_
 def pytest_configure(config: pytest.Config) -> None:
     """The session's own /var/lib/nodewarden first, while pytest is one thread (tests/private_state.py);
     then atexit and SIGTERM/SIGHUP handlers, in the main thread, before any peer starts."""
-    from agent.config import DEFAULT_STATE_DIR
+    from agent.policy.config import DEFAULT_STATE_DIR
 
     PRIVATE_STATE[0] = PrivateState(DEFAULT_STATE_DIR)
     PRIVATE_STATE[0].enter()
@@ -50,7 +50,7 @@ def machine_state_untouched() -> Iterator[None]:
     """No test writes /var/lib/nodewarden (a stale state file there changes what health-check answers):
     one listing before the session, one after. As root the folder is the session's own, private one
     (tests/private_state.py), so this is what the tests did, whatever the machine's daemons do."""
-    from agent.config import DEFAULT_STATE_DIR
+    from agent.policy.config import DEFAULT_STATE_DIR
     from tests.daemon_peer import changed_files, state_listing
 
     before = state_listing()
@@ -109,7 +109,7 @@ def drifted_copy(tmp_path: Path, drifted_capture: Path) -> Path:
 
 @pytest.fixture
 def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private parse cache (tests of agent.yamlfile's cache): the folder its entries go to."""
+    """A private parse cache (tests of agent.io.yamlfile's cache): the folder its entries go to."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("CACHE_DIRECTORY", raising=False)
     monkeypatch.delenv("NODEWARDEN_NO_CACHE", raising=False)

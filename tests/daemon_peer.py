@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from agent.config import DEFAULT_STATE_DIR
+from agent.policy.config import DEFAULT_STATE_DIR
 from tests.peers.redfish import _die_with_parent, free_port
 
 REPO = Path(__file__).resolve().parents[1]

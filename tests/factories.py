@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.facts import (
+from agent.core.facts import (
     BmcFacts,
     CpuFacts,
     HostFacts,
@@ -21,10 +21,10 @@ from agent.facts import (
     PciFunction,
     ProfileMatch,
 )
-from agent.model import Finding, SourceStatus, Unknown, Unsupported
-from agent.profiles import Profile, ProfileFile, build
+from agent.core.model import Finding, SourceStatus, Unknown, Unsupported
+from agent.io.yamlfile import LineMap
+from agent.policy.profiles import Profile, ProfileFile, build
 from agent.sources.fsroot import LiveFs
-from agent.yamlfile import LineMap
 
 
 def gpu(address: str, numa: int | None = 0, device: int = 0x2330) -> PciFunction:
@@ -91,7 +91,7 @@ __all__ = ["IdleState", "NodeFacts", "ProfileMatch", "SourceStatus", "Unknown", 
 
 def gpu_facts(index: int = 0, **overrides: Any) -> Any:
     """A healthy idle H100 as NVML reports it; override what a test needs."""
-    from agent.facts import GpuFacts
+    from agent.core.facts import GpuFacts
 
     bus = ["19", "3b", "4c", "5d", "9b", "bb", "cb", "db"][index % 8]
     values: dict[str, Any] = {
@@ -120,7 +120,7 @@ def gpu_facts(index: int = 0, **overrides: Any) -> Any:
 
 def nvml_node(gpus: list[Any] | None = None, host_facts: HostFacts | None = None, **kw: Any) -> NodeFacts:
     """NodeFacts with NVML answering for `gpus` (8 healthy H100s by default)."""
-    from agent.facts import NvmlFacts
+    from agent.core.facts import NvmlFacts
 
     gpus = gpus if gpus is not None else [gpu_facts(i) for i in range(8)]
     nvml = NvmlFacts("550.90.07", "12.4", "12.550.90.07", len(gpus), tuple(gpus))
@@ -149,7 +149,7 @@ def hca(name: str, hca_type: str, fw: str, rate_gbps: int, link_layer: str = "In
         physfn: str | None = None) -> Any:
     """One single-port RDMA device as /sys/class/infiniband shows it (what `ibstat` prints, in sysfs terms:
     ibstat's "Rate: 400" is sysfs "400 Gb/sec (4X NDR)", "State: Active" is "ACTIVE")."""
-    from agent.facts import RdmaDevice, RdmaPort
+    from agent.core.facts import RdmaDevice, RdmaPort
 
     speeds = {400: "4X NDR", 200: "4X HDR", 100: "4X EDR", 800: "4X XDR", 40: "4X QDR"}
     port = RdmaPort(1, state=state, phys_state=phys_state, rate=f"{rate_gbps} Gb/sec ({speeds.get(rate_gbps, '4X')})",

@@ -1,7 +1,7 @@
 """The import graph (issue 16, 1): no circles among agent/, checks/ and remediations/, and no module
 imports another module's `_private` name. Read from the source with `ast`. Function-level imports
 count: they are still dependencies. Imports under `if TYPE_CHECKING:` count too (issue 23): a lazy
-import one way and a type-only import back is how the circles agent/fleet/reading <-> render and
+import one way and a type-only import back is how the circles agent/apps/fleet/reading <-> render and
 agent/snapshot <-> agent/sources/* hid from this test, which used to drop type-only imports.
 """
 
@@ -123,20 +123,20 @@ def test_no_private_names_imported_across_modules() -> None:
 def test_the_detector_finds_a_circle_and_a_private_import() -> None:
     # The two tests above must be able to fail: a planted circle and reach-in are found.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    tree = ast.parse("from agent.engine import _hidden\nif TYPE_CHECKING:\n    from agent.cli import x\n"
-                     "def f():\n    from agent.node import y\n")
+    tree = ast.parse("from agent.engine.audit import _hidden\nif TYPE_CHECKING:\n    from agent.apps.cli.main import x\n"
+                     "def f():\n    from agent.sources.node import y\n")
     names = sorted(n.names[0].name for n in _import_nodes(tree) if isinstance(n, ast.ImportFrom))
     assert names == ["_hidden", "x", "y"]
-    assert _private_module_of_another_package("agent.remediate", "remediations._target")
+    assert _private_module_of_another_package("agent.engine.remediate", "remediations._target")
     assert not _private_module_of_another_package("checks.gpu_ecc", "checks._gpu")
-    assert not _private_module_of_another_package("agent.remediate", "remediations.targets")
+    assert not _private_module_of_another_package("agent.engine.remediate", "remediations.targets")
 
 
 def test_every_change_type_has_one_kind() -> None:
-    """Adding a Change type to remediations means adding its ChangeKind (agent.change_kinds)."""
+    """Adding a Change type to remediations means adding its ChangeKind (agent.engine.change_kinds)."""
     import typing
 
-    from agent.change_kinds import KINDS
+    from agent.engine.change_kinds import KINDS
     from remediations import Change
 
     assert sorted(t.__name__ for t in typing.get_args(Change)) == sorted(k.change_type.__name__ for k in KINDS)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.importers import archive
+from agent.sources.importers import archive
 from tests.conftest import REPO, RunCli
 
 

@@ -13,11 +13,11 @@ import pynvml
 import pytest
 from click.testing import CliRunner
 
-from agent.baseline import baseline, write_baseline
-from agent.facts import NO_BASELINE, Baseline, BaselineGpu, BmcFacts, BmcTemperature, NodeFacts, gpu_activity
-from agent.fsutil import FileSafetyError
-from agent.model import Finding, Severity, SourceStatus, Status, Unknown, Unsupported
-from agent.profiles import Profile, ProfileStore
+from agent.apps.cli.baseline import baseline, write_baseline
+from agent.core.facts import NO_BASELINE, Baseline, BaselineGpu, BmcFacts, BmcTemperature, NodeFacts, gpu_activity
+from agent.core.model import Finding, Severity, SourceStatus, Status, Unknown, Unsupported
+from agent.io.fsutil import FileSafetyError
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.baseline import BASELINE_SCHEMA, load_baseline, parse_baseline
 from agent.sources.nvml import RecordedNvml, _to_jsonable, read_nvml
 from checks.baseline_drift import DRIFT
@@ -28,8 +28,8 @@ HEALTHY_BASELINE = REPO / "fixtures" / "nodes" / "hgx-h100-healthy" / "baseline.
 
 
 def nodewarden() -> click.Group:
-    """`nodewarden` holding the baseline group: agent.cli.cli once it is wired there, else an equivalent root."""
-    from agent.cli import NodewardenGroup, cli
+    """`nodewarden` holding the baseline group: agent.apps.cli.main.cli once it is wired there, else an equivalent root."""
+    from agent.apps.cli.main import NodewardenGroup, cli
 
     if "baseline" in cli.commands:
         return cli
@@ -52,7 +52,7 @@ def config(tmp_path: Path) -> Path:
 @pytest.fixture
 def healthy_copy(tmp_path: Path) -> Path:
     """A writable copy of hgx-h100-healthy (with its baseline), made as operators make one."""
-    from agent.cli import cli
+    from agent.apps.cli.main import cli
 
     out = tmp_path / "healthy"
     result = CliRunner().invoke(cli, ["snapshot", "capture", "--simulate", "hgx-h100-healthy", "--out", str(out)])
@@ -108,10 +108,10 @@ def test_record_into_a_snapshot_and_the_state_dir_by_default(healthy_copy: Path,
     assert result.code == 0, result.stderr
     assert json.loads((healthy_copy / "baseline.json").read_bytes()) == json.loads(HEALTHY_BASELINE.read_bytes())
     # A live node's default: <state_dir>/baseline.json (what `show` reads by default too).
-    from agent.baseline import baseline_path
-    from agent.config import load_config
-    from agent.node import NodeSource
+    from agent.apps.cli.baseline import baseline_path
+    from agent.policy.config import load_config
     from agent.sources.fsroot import LiveFs
+    from agent.sources.node import NodeSource
 
     assert baseline_path(NodeSource("live", LiveFs("/")), load_config(config)) == tmp_path / "state" / "baseline.json"
 
@@ -283,8 +283,12 @@ def test_show_prints_a_table_or_the_json(config: Path) -> None:
     table = run("baseline", "show", "--file", str(HEALTHY_BASELINE), "--format", "table")
     assert table.code == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0] == ("baseline of gpu-h100-healthy-01 (Dell Inc. PowerEdge XE9680), profile hgx-h100-sxm, "
-                        "recorded 2026-11-20T08:00:00+00:00")
+    head = lines.index(next(line for line in lines if line.startswith("GPU")))
+    title = " ".join(line.strip() for line in lines[:head] if line and not line.startswith("file:"))
+    assert title == ("baseline of gpu-h100-healthy-01 (Dell Inc. PowerEdge XE9680), profile hgx-h100-sxm, "
+                     "recorded 2026-11-20T08:00:00+00:00")
+    assert all(len(line) <= 100 for line in lines[:head])  # fitted to the terminal (100 columns here)
+    lines = lines[head - 3:]
     assert lines[3].split() == ["GPU", "UUID", "serial", "power", "W", "temp", "C", "mem", "C", "SM", "MHz", "mem",
                                 "MHz", "util", "%"]
     gpu0 = lines[4].split()
@@ -305,7 +309,7 @@ def test_show_rejects_a_file_that_is_not_a_baseline(tmp_path: Path) -> None:
 
 
 def test_record_takes_the_same_source_options_as_every_other_command() -> None:
-    from agent.cli import cli
+    from agent.apps.cli.main import cli
 
     def options(command: click.Command) -> dict[str, dict[str, Any]]:
         return {p.name or "": p.to_info_dict() for p in command.params if isinstance(p, click.Option)}

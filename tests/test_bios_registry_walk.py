@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import NOT_READ, BmcFacts, NodeFacts
-from agent.model import SourceStatus, Status, Unknown, Unsupported
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import NOT_READ, BmcFacts, NodeFacts
+from agent.core.model import SourceStatus, Status, Unknown, Unsupported
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.redfish import LiveRedfish, RecordedRedfish, RecordingRedfish, Transport, read_redfish
 from agent.sources.redfish_registry import MAX_FILES, RegistryChain, name_rank
 from checks.bios import BIOS

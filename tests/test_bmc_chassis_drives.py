@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts, NodeFacts
-from agent.model import Finding, Severity, Status
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import BmcFacts, NodeFacts
+from agent.core.model import Finding, Severity, Status
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.redfish import LiveRedfish, RecordedRedfish, RecordingRedfish, Walk, parse_bmc, read_redfish
 from checks.bmc_health import REACHABLE
 from checks.bmc_storage import DRIVES, MEDIA_LIFE, VOLUMES

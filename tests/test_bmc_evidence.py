@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts
-from agent.model import Finding, Severity, SourceStatus, Status
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import BmcFacts
+from agent.core.model import Finding, Severity, SourceStatus, Status
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.redfish import RecordedRedfish, RedfishError, read_redfish
 from checks import Check
 from checks.bmc_events import EVENTS

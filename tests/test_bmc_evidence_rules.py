@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts, BmcFan, BmcPsu, BmcSwitch, BmcTemperature, FirmwareItem
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import BmcFacts, BmcFan, BmcPsu, BmcSwitch, BmcTemperature, FirmwareItem
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.redfish import RecordedRedfish, read_redfish
 from checks import Check
 from checks.bmc_events import EVENTS

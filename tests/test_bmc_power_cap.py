@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.facts import BmcFacts, NodeFacts
-from agent.model import Status
-from agent.profiles import ProfileStore
+from agent.core.facts import BmcFacts, NodeFacts
+from agent.core.model import Status
+from agent.policy.profiles import ProfileStore
 from agent.sources.redfish import RecordedRedfish, Walk, parse_bmc
 from checks.bmc_power import POWER_CAP
 from tests.conftest import REPO

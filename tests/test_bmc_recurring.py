@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts
-from agent.model import Finding, Severity, Status
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import BmcFacts
+from agent.core.model import Finding, Severity, Status
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.redfish import RecordedRedfish, read_redfish
 from checks.bmc_events import EVENTS, SELF_CLEARING_S
 from tests.factories import exp, node_of, profile

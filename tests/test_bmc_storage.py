@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcDrive, BmcFacts, BmcVolume, NodeFacts
-from agent.model import Finding, Severity, Status, Unsupported
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import BmcDrive, BmcFacts, BmcVolume, NodeFacts
+from agent.core.model import Finding, Severity, Status, Unsupported
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.redfish import LiveRedfish, read_redfish
 from checks.bmc_storage import DRIVES, MEDIA_LIFE, VOLUMES
 from tests.factories import exp, node_of, profile

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.facts import BmcFacts, BmcVoltage
-from agent.model import Severity, Status
-from agent.profiles import ProfileStore
+from agent.core.facts import BmcFacts, BmcVoltage
+from agent.core.model import Severity, Status
+from agent.policy.profiles import ProfileStore
 from agent.sources.ipmi import read_ipmi_live
 from agent.sources.redfish import LiveRedfish, RecordedRedfish, read_redfish
 from agent.sources.redfish_sensors import chassis_of

@@ -7,7 +7,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from agent.snapshot import simulated_path
+from agent.sources.snapshot import simulated_path
 from tests.conftest import RunCli
 
 REDACT = "serials,uuids,hostnames,macs,ips,guids"
@@ -78,7 +78,7 @@ def test_audit_reads_an_unredacted_archive_like_the_folder(run_cli: RunCli, tmp_
 def test_redaction_covers_ipv6_infiniband_ids_and_file_names(tmp_path: Path) -> None:
     """What a customer's own files hold beyond the simulated node: IPv6, ibstat GUIDs, port GIDs, and
     identifiers in names (a Redfish tree names resources by serial)."""
-    from agent.importers.archive import redact_tree
+    from agent.sources.importers.archive import redact_tree
 
     root = tmp_path / "snap"
     (root / "fs/sys/class/infiniband/mlx5_0/ports/1/gids").mkdir(parents=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.facts import CpuFacts, IdleState, ProfileMatch
-from agent.model import Finding, Severity, SourceStatus, Status, Unknown
+from agent.core.facts import CpuFacts, IdleState, ProfileMatch
+from agent.core.model import Finding, Severity, SourceStatus, Status, Unknown
 from checks import all_checks
 from checks.host_cpu import CSTATES, GOVERNOR, cpu_ranges
 from checks.host_driver import DRIVER

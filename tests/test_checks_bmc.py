@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from agent.facts import (
+from agent.core.facts import (
     BmcFacts,
     BmcFan,
     BmcGpu,
@@ -18,8 +18,8 @@ from agent.facts import (
     FirmwareItem,
     NodeFacts,
 )
-from agent.model import Finding, Severity, SourceStatus, Status, Unknown, Unsupported
-from agent.profiles import Profile, ProfileStore
+from agent.core.model import Finding, Severity, SourceStatus, Status, Unknown, Unsupported
+from agent.policy.profiles import Profile, ProfileStore
 from checks.bios import BIOS, vendor_key
 from checks.bmc_events import EVENTS
 from checks.bmc_firmware import CONSISTENCY, FIRMWARE, component_model
@@ -218,7 +218,7 @@ def test_bmc_down_or_auth_failed(h100: Profile) -> None:
 
 
 def test_nvswitch_health_and_firmware(h100: Profile) -> None:
-    from agent.facts import BmcSwitch
+    from agent.core.facts import BmcSwitch
     from checks.bmc_health import SWITCHES
 
     switches = tuple(BmcSwitch(f"NVSwitch_{i}", "NVLink", "NVSwitch 3", "96.10.6D.00.01" if i else "96.10.55.00.01",

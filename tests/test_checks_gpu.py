@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.facts import KmsgRecord, NodeFacts
-from agent.model import Finding, Severity, SourceStatus, Status, Unknown, Unsupported
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import KmsgRecord, NodeFacts
+from agent.core.model import Finding, Severity, SourceStatus, Status, Unknown, Unsupported
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.xid import parse_xids
 from checks.gpu_ecc import CORRECTED, ECC_MODE, RETIRED, ROW_REMAP, UNCORRECTED
 from checks.gpu_firmware import CUDA, DRIVER, INFOROM, VBIOS
@@ -192,7 +192,7 @@ def test_inforom_driver_mismatch_and_cuda(h100: Profile) -> None:
 
 
 def test_lost_gpu_and_count(h100: Profile) -> None:
-    from agent.facts import GpuFacts
+    from agent.core.facts import GpuFacts
 
     gpus = [gpu_facts(i) for i in range(7)] + [GpuFacts(index=7, lost="nvmlDeviceGetHandleByIndex: GPU is lost")]
     facts = nvml_node(gpus)

@@ -316,7 +316,7 @@ def copy_node(tmp_path: Path, name: str = "hgx-h100-drifted", writable_fs: bool 
     """A copy of a simulated node; fs/ hard-links the original's files unless it must be edited.
 
     (Not a symlink: a snapshot whose fs/ is a symlink is refused, it could lead anywhere.)"""
-    from agent.snapshot import simulated_path
+    from agent.sources.snapshot import simulated_path
 
     source = simulated_path(name)
     target = tmp_path / "snap"
@@ -419,8 +419,8 @@ def test_json_report_is_stable_json(run_cli: RunCli, tmp_path: Path) -> None:
 
 
 def test_table_colours_statuses_only_when_asked() -> None:
-    from agent.config import Config
-    from agent.engine import AuditRequest, run_audit
+    from agent.engine.audit import AuditRequest, run_audit
+    from agent.policy.config import Config
     from agent.report import render
 
     report = run_audit(AuditRequest(config=Config(), simulate="hgx-h100-drifted"))

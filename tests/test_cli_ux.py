@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.names import DASH
+from agent.apps.cli.main import cli
+from agent.core.names import DASH
 from tests.conftest import REPO, RunCli
 
 DRIFTED = ("audit", "--simulate", "hgx-h100-drifted")
@@ -97,7 +97,7 @@ def test_color_option_and_no_color(run_cli: RunCli, monkeypatch: pytest.MonkeyPa
     always = run_cli(*TABLE, "--color", "always", env={"NO_COLOR": "1"})
     assert always.code == 1 and "\x1b[31m\x1b[1mfail" in always.stdout  # the flag wins over NO_COLOR
     assert "\x1b[" not in run_cli("--color", "never", *TABLE).stdout
-    monkeypatch.setattr("agent.cli_support.stdout_is_tty", lambda: True)
+    monkeypatch.setattr("agent.apps.cli.support.stdout_is_tty", lambda: True)
     assert "\x1b[" in run_cli(*DRIFTED, env={"NO_COLOR": "", "TERM": "xterm"}).stdout  # a terminal: coloured
     assert "\x1b[" not in run_cli(*DRIFTED, env={"NO_COLOR": "1", "TERM": "xterm"}).stdout  # no-color.org
     assert "\x1b[" not in run_cli(*DRIFTED, env={"NO_COLOR": "", "TERM": "dumb"}).stdout
@@ -177,7 +177,7 @@ def test_subjects_are_whole_and_human_never_internal_keys(run_cli: RunCli) -> No
 
 def bmc_only_copy(tmp_path: Path) -> Path:
     """The drifted node's BMC alone: a snapshot of its Redfish tree, no host, no NVML."""
-    from agent.snapshot import simulated_path
+    from agent.sources.snapshot import simulated_path
 
     source, target = simulated_path("hgx-h100-drifted"), tmp_path / "bmc-only"
     shutil.copytree(source / "redfish", target / "redfish")
@@ -252,9 +252,9 @@ def test_every_line_fits_the_terminal(run_cli: RunCli, columns: int, verbose: tu
 
 def test_long_names_wrap_and_are_never_cut() -> None:
     """A subject or an action list longer than the terminal wraps; only a message is cut (without -v)."""
-    from agent.config import Config
-    from agent.engine import AuditRequest, run_audit
-    from agent.model import Finding, Severity, Status
+    from agent.core.model import Finding, Severity, Status
+    from agent.engine.audit import AuditRequest, run_audit
+    from agent.policy.config import Config
     from agent.report.table import render_table
 
     report = run_audit(AuditRequest(config=Config(), simulate="hgx-h100-healthy", only=("profile.match",)))
@@ -324,11 +324,11 @@ def test_shell_completion_is_documented_and_completes_names() -> None:
 
 
 def test_the_man_page_is_generated_from_the_commands() -> None:
-    from agent.manpage import render
+    from agent.apps.cli.manpage import render
 
     page = render()
     assert (REPO / "docs" / "nodewarden.1").read_text() == page, \
-        "docs/nodewarden.1 is stale: python -m agent.manpage > docs/nodewarden.1"
+        "docs/nodewarden.1 is stale: python -m agent.apps.cli.manpage > docs/nodewarden.1"
     for command in ("audit", "profiles match", "remediate", "fleet report", "baseline record", "snapshot capture"):
         assert f'.SS "nodewarden {command}' in page
     assert "\\-\\-only GLOB" in page and "NO_COLOR" in page and "\\-\\-color auto|always|never" in page

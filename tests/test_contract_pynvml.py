@@ -34,7 +34,7 @@ def used_names() -> dict[str, set[str]]:
 def test_the_reader_uses_nvml_names() -> None:
     assert {"nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetFieldValues",
             "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "NVMLError_GpuIsLost"} <= set(used_names())
-    # agent.accept.sampler: once per run and per tick on top of the reader (bound to the real ABI in
+    # agent.apps.accept.sampler: once per run and per tick on top of the reader (bound to the real ABI in
     # tests/accept/test_accept_nvml_mock.py)
     assert {"nvmlDeviceGetMaxClockInfo", "nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
             "nvmlEventSetFree", "nvmlEventTypeXidCriticalError", "NVMLError_Timeout"} <= set(used_names())
@@ -121,7 +121,7 @@ def test_the_event_thread_calls_bind_to_the_real_signatures() -> None:
 
 _LOADED = """
 import sys
-from agent.cli import cli
+from agent.apps.cli.main import cli
 try:
     cli.main(args=sys.argv[1:], prog_name="nodewarden")
 except SystemExit:

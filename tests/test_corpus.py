@@ -38,10 +38,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.facts import FabricFacts, NodeFacts
-from agent.model import Unsupported
-from agent.profiles import ProfileStore
+from agent.apps.cli.main import cli
+from agent.core.facts import FabricFacts, NodeFacts
+from agent.core.model import Unsupported
+from agent.policy.profiles import ProfileStore
 from agent.sources.fabric import read_fm_log
 from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.host import absent_host_facts
@@ -53,7 +53,7 @@ EXPECT = FIXTURES / "expect"
 MANIFEST = EXPECT / "MANIFEST.yaml"
 IMPORTED = ("lspci", "dmidecode", "ibstat", "ibstatus", "ipmitool-sensor", "ipmitool-sel", "ipmitool-sdr",
             "ipmitool-dcmi", "nvidia-smi-nvlink", "nvidia-smi-query-csv", "lsmod",
-            "ethtool")  # through `snapshot import` (agent/importers/bundle.py)
+            "ethtool")  # through `snapshot import` (agent/sources/importers/bundle.py)
 # nvidia-smi outputs `snapshot import` reads but the strict `snapshot import-nvidia-smi` alias refuses by name
 ALIAS_REFUSES = {"nvidia-smi-nvlink": "it is `nvidia-smi nvlink` output",
                  "nvidia-smi-query-csv": "it looks like CSV (`nvidia-smi --query-gpu`)"}

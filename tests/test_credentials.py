@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.credentials import read_password_file
-from agent.errors import ConfigError
+from agent.core.errors import ConfigError
+from agent.io.credentials import read_password_file
 
 
 def test_a_credential_systemd_passed_is_trusted_with_its_acl_style_mode(tmp_path: Path,
@@ -68,11 +68,11 @@ def test_a_fifo_as_password_file_is_refused_without_blocking(tmp_path: Path) -> 
 def test_a_password_never_reaches_a_log_line_in_any_form(capsys: pytest.CaptureFixture[str]) -> None:
     import logging
 
-    from agent.log import setup_logging
+    from agent.io.log import setup_logging
 
     password = 'q"u\\o\'te-Pw1'
     setup_logging(2, "json")
-    from agent.credentials import Secret
+    from agent.io.credentials import Secret
 
     Secret(password)  # what read_password_file returns; making it registers the value for redaction
     logging.getLogger("redfish.rest.v1").warning('login body {"Password": "%s"} repr %r', password, password)

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.config import load_config
-from agent.daemon import Daemon, DaemonSettings
-from agent.engine import AuditRequest
-from agent.metrics import ServerSettings
+from agent.apps.daemon.service import Daemon, DaemonSettings
+from agent.engine.audit import AuditRequest
+from agent.policy.config import load_config
+from agent.report.metrics import ServerSettings
 from tests.conftest import REPO
 from tests.daemon_peer import DaemonProcess, running_daemon
 from tests.peers.redfish import free_port

@@ -13,9 +13,9 @@ import json
 import signal
 from pathlib import Path
 
-from agent.config import DEFAULT_STATE_DIR
-from agent.daemon_config import REPLAY_STATE_PREFIX, is_system_state_dir
-from agent.scheduler.state import read_state
+from agent.apps.daemon.config import REPLAY_STATE_PREFIX, is_system_state_dir
+from agent.apps.scheduler.state import read_state
+from agent.policy.config import DEFAULT_STATE_DIR
 from tests.daemon_peer import DaemonProcess, changed_files, running_daemon, state_listing
 
 

@@ -3,7 +3,7 @@
 A jump host without NVIDIA GPUs watching a BMC (as the README recommends): `nodewarden audit` said
 `nvml: ... not needed` and exited 0, while `nodewarden daemon` on the same host exported
 `nodewarden_source_up{source="nvml"} 0`, so NodewardenSourceDown fired after 10 minutes on every such
-host. Both now judge through `agent.engine.needed_sources`: NVML is not needed there, so it has no
+host. Both now judge through `agent.engine.audit.needed_sources`: NVML is not needed there, so it has no
 `_up` series at all. The host is a recording of what such a machine shows live: PCI lists an Intel
 bridge and nothing NVIDIA, no driver, and NVML fails for want of its library.
 """

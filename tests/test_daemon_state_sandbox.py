@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.scheduler.state import read_decision, read_state, write_decision
+from agent.apps.scheduler.state import read_decision, read_state, write_decision
 
 REPO = Path(__file__).resolve().parent.parent
 DYNAMIC_UID = 61234  # systemd's dynamic users are 61184-65519
@@ -42,9 +42,9 @@ SANDBOX = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && moun
 WRITER = """
 import json, sys, time
 from pathlib import Path
-from agent.config import Config
-from agent.engine import AuditRequest, run_audit
-from agent.scheduler.state import DaemonStateFile, folder, read_decision
+from agent.policy.config import Config
+from agent.engine.audit import AuditRequest, run_audit
+from agent.apps.scheduler.state import DaemonStateFile, folder, read_decision
 state = Path(sys.argv[1])
 DaemonStateFile(state, {"host": 60.0, "nvml": 15.0}).update(
     run_audit(AuditRequest(config=Config(), simulate="hgx-h100-healthy")), time.time(), {})

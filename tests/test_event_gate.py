@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import Config
-from agent.engine import AuditRequest, run_audit
+from agent.apps.scheduler.answer import Answer
+from agent.apps.scheduler.settings import HealthSettings
+from agent.apps.scheduler.slurm import act
+from agent.apps.scheduler.state import VERDICT_FILE, DaemonStateFile
+from agent.apps.scheduler.trigger import follow, stamp
+from agent.engine.audit import AuditRequest, run_audit
+from agent.policy.config import Config
 from agent.report.model import Report
-from agent.scheduler.answer import Answer
-from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm import act
-from agent.scheduler.state import VERDICT_FILE, DaemonStateFile
-from agent.scheduler.trigger import follow, stamp
 from tests.peers.slurm import EXTRA_NODES, SlurmCluster, slurm_cluster  # noqa: F401
 
 NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from agent.expect import COMPARATORS, Expectation, version_key
-from agent.model import Severity, Status
+from agent.core.expect import COMPARATORS, Expectation, version_key
+from agent.core.model import Severity, Status
 
 
 def exp(severity: str = "warning", **comparators: Any) -> Expectation:

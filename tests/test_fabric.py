@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.facts import FabricFacts, KmsgRecord, NvSwitchError, PciFunction
-from agent.model import Severity, Status, Unknown
-from agent.profiles import ProfileStore
+from agent.apps.cli.main import cli
+from agent.core.facts import FabricFacts, KmsgRecord, NvSwitchError, PciFunction
+from agent.core.model import Severity, Status, Unknown
+from agent.policy.profiles import ProfileStore
 from agent.sources import fabric
 from agent.sources.fabric import (
     FM_CGROUP_PROCS,

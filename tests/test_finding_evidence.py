@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.importers.bug_report import SEPARATOR
-from agent.node import EVIDENCE_AREAS_MAX, EVIDENCE_REFS_MAX, snapshot_evidence
-from agent.snapshot import Snapshot
+from agent.sources.importers.bug_report import SEPARATOR
+from agent.sources.node import EVIDENCE_AREAS_MAX, EVIDENCE_REFS_MAX, snapshot_evidence
+from agent.sources.snapshot import Snapshot
 from tests.conftest import REPO, RunCli
 
 F = REPO / "fixtures"
@@ -80,7 +80,7 @@ def _evidence(report: dict[str, Any], check: str) -> list[dict[str, str]]:
 def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], Path]:
     from click.testing import CliRunner
 
-    from agent.cli import cli
+    from agent.apps.cli.main import cli
 
     tmp = tmp_path_factory.mktemp("evidence")
     report = _bug_report(tmp / "nvidia-bug-report.log.gz")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.model import Severity, SourceStatus, Status
+from agent.core.model import Severity, SourceStatus, Status
 from checks.sources import SOURCE
 from tests.conftest import RunCli
 from tests.factories import host, node, profile, write_tree

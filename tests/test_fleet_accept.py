@@ -3,7 +3,7 @@
 
 The accept reports are made as `nodewarden accept` makes them: checks.accept and checks.accept_drift
 judge hand-built recordings (tests/accept/test_accept_judgement.py), the audit's `Report` renders the
-JSON, with the `acceptance` block agent.accept.run adds. Everything goes through the real click CLI.
+JSON, with the `acceptance` block agent.apps.accept.run adds. Everything goes through the real click CLI.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from agent.accept.recording import Recording
-from agent.profiles import ProfileStore
+from agent.core.series import Recording
+from agent.policy.profiles import ProfileStore
 from agent.report import render
 from agent.report.model import Report
 from checks.accept import judge

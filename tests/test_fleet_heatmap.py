@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from agent.fleet.heatmap import HOTTEST, WIDTH, cell_colour
+from agent.apps.fleet.heatmap import HOTTEST, WIDTH, cell_colour
 from tests.conftest import RunCli
 from tests.test_fleet import NOW, _generator, finding, fleet_of, report
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agent.fleet import (
+from agent.apps.fleet import (
     MAX_FILE_BYTES,
     FleetOptions,
     Interner,
@@ -31,9 +31,9 @@ from agent.fleet import (
     read_reports,
     summarize_report,
 )
-from agent.fleet.render import render_html, render_json, render_md
-from agent.fsutil import FileSafetyError, write_output_stream
-from agent.sanitise import md_cell
+from agent.apps.fleet.render import render_html, render_json, render_md
+from agent.core.sanitise import md_cell
+from agent.io.fsutil import FileSafetyError, write_output_stream
 from tests.conftest import REPO, RunCli
 
 NOW = "2026-11-29T12:00:00+00:00"
@@ -250,7 +250,7 @@ def test_hostile_files_are_refused_one_by_one(run_cli: RunCli, tmp_path: Path) -
         assert run_cli("fleet", "report", str(inputs), "--format", fmt, "--now", NOW).code == 0
 
 
-# ---- the streaming writer (agent.fsutil.write_output_stream) ----
+# ---- the streaming writer (agent.io.fsutil.write_output_stream) ----
 
 def test_stream_writer_replaces_atomically_and_keeps_the_mode(tmp_path: Path) -> None:
     out = tmp_path / "report.html"

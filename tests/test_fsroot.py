@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import SnapshotError
-from agent.model import Unknown
+from agent.core.errors import SnapshotError
+from agent.core.model import Unknown
 from agent.sources.fsroot import LiveFs, read_text
 from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.host import read_interfaces

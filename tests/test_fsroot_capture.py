@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import SnapshotError
-from agent.model import Unknown
-from agent.snapshot import CAPTURE_SYSCTLS, capture_live
+from agent.core.errors import SnapshotError
+from agent.core.model import Unknown
 from agent.sources.fsroot import MAX_FILE_BYTES, LiveFs
 from agent.sources.fsroot_recording import RecordingFs
 from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.host import read_host_facts, read_interfaces, read_secure_boot
+from agent.sources.snapshot import CAPTURE_SYSCTLS, capture_live
 from tests.test_fsroot import ETH0_DEV, ETH0_NET, Content, make_live_root
 
 

@@ -1,4 +1,4 @@
-"""The one writer for paths the user names (agent.fsutil.write_output), through the real CLI.
+"""The one writer for paths the user names (agent.io.fsutil.write_output), through the real CLI.
 
 What it must never do as root: replace a device or FIFO with a regular file,
 follow a symlink someone else planted, chmod a file by path (a process racing
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import fsutil
+from agent.io import fsutil
 from tests.conftest import REPO, RunCli
 
 NOBODY = 65534

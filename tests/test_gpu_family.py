@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from agent.facts import NvmlFacts
-from agent.importers.nvidia_smi import parse_nvidia_smi
+from agent.core.facts import NvmlFacts
+from agent.sources.importers.nvidia_smi import parse_nvidia_smi
 from agent.sources.local_sources import json_recording
 from tests.conftest import REPO, RunCli
 from tests.factories import gpu_facts, nvml_node, profile
@@ -87,14 +87,14 @@ def finding(report: dict[str, Any], check: str, subject: str = "gpu0") -> dict[s
     ("NVIDIA Z9000", 0, "unknown", None),
 ])
 def test_families_from_what_the_gpu_reports(name: str, brand: int | None, family: str, arch: int | None) -> None:
-    from agent.gpu_family import classify
+    from agent.core.gpu_family import classify
 
     got = classify(name, brand)
     assert (got.family, got.architecture) == (family, arch)
 
 
 def test_nvml_architecture_wins_and_nvswitches_tell_the_form_factor() -> None:
-    from agent.gpu_family import classify
+    from agent.core.gpu_family import classify
 
     assert classify("NVIDIA H800", 14, 9).family == "datacenter-pcie"  # a bare name says a board
     assert classify("NVIDIA H800", 14, 9, nvswitch=True).family == "datacenter-sxm"
@@ -105,7 +105,7 @@ def test_nvml_architecture_wins_and_nvswitches_tell_the_form_factor() -> None:
 
 
 def test_a_node_of_mixed_families_is_unknown_and_says_why() -> None:
-    from agent.gpu_family import classify, node_family
+    from agent.core.gpu_family import classify, node_family
 
     mixed = node_family([classify("NVIDIA RTX 2000 Ada Generation"), classify("NVIDIA GeForce RTX 4090")])
     assert mixed is not None and mixed.family == "unknown"

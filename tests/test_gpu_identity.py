@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from agent.config import Config
-from agent.engine import AuditRequest, run_audit
-from agent.facts_nvml import GpuFacts
-from agent.model import Unknown
+from agent.apps.scheduler.answer import parse_summary, summarise
+from agent.apps.scheduler.state import DaemonStateFile, read_state
+from agent.core.facts_nvml import GpuFacts
+from agent.core.model import Unknown
+from agent.engine.audit import AuditRequest, run_audit
+from agent.policy.config import Config
 from agent.report.gpu_identity import gpu_identities
 from agent.report.model import Report
-from agent.scheduler.answer import parse_summary, summarise
-from agent.scheduler.state import DaemonStateFile, read_state
 from tests.conftest import RunCli
 from tests.peers.slurm import SlurmCluster, slurm_cluster  # noqa: F401 - the fixture
 

@@ -2,7 +2,7 @@
 
 Rule 6: a counter at its field's maximum is a lower bound (the true count is at least that): it fails a
 limit below the maximum and is `unknown` only against a limit at or above it, in the one shared
-comparison (agent.expect / Check.compare) that every counter check goes through.
+comparison (agent.core.expect / Check.compare) that every counter check goes through.
 Rule 7: requested, enforced, default and max power limits stay apart; an enforced limit below the
 requested one is a clamp by something else, and the finding says what is known about who.
 Rule 8: temperatures are compared only among GPUs under the same load.
@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from agent.expect import Expectation
-from agent.facts import BmcFacts, BmcPsu, GpuFacts, NodeFacts, NvmlFacts, RdmaDevice, RdmaPort
-from agent.importers.nvidia_smi import parse_nvidia_smi
-from agent.model import Finding, Severity, Status, Unknown
-from agent.profiles import Profile, ProfileStore
+from agent.core.expect import Expectation
+from agent.core.facts import BmcFacts, BmcPsu, GpuFacts, NodeFacts, NvmlFacts, RdmaDevice, RdmaPort
+from agent.core.model import Finding, Severity, Status, Unknown
+from agent.policy.profiles import Profile, ProfileStore
+from agent.sources.importers.nvidia_smi import parse_nvidia_smi
 from agent.sources.nvml import RecordedNvml, read_nvml
 from checks import Check
 from checks.gpu_ecc import CORRECTED, RETIRED, ROW_REMAP, UNCORRECTED

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts, BmcGpu, NodeFacts
-from agent.model import Finding, Severity, SourceStatus, Status
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import BmcFacts, BmcGpu, NodeFacts
+from agent.core.model import Finding, Severity, SourceStatus, Status
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.redfish import RecordedRedfish, read_redfish
 from checks.crosscheck import COUNT
 from checks.crosscheck_hgx import HGX_HEALTH, pair_views

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.facts import CpuFacts, HostFacts, PciFunction, parse_kernel_cmdline
-from agent.model import Unknown
+from agent.core.facts import CpuFacts, HostFacts, PciFunction, parse_kernel_cmdline
+from agent.core.model import Unknown
 from agent.sources.fsroot import MAX_FILE_BYTES, LiveFs, read_value
 from agent.sources.host import (
     SECURE_BOOT_VAR,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.facts import KmsgRecord
-from agent.model import Unknown
+from agent.core.facts import KmsgRecord
+from agent.core.model import Unknown
 from agent.sources import kmsg
 from agent.sources.kmsg import parse_kmsg_line, parse_kmsg_text, read_recorded_kmsg
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.facts import PciFunction
-from agent.model import Unknown
+from agent.core.facts import PciFunction
+from agent.core.model import Unknown
 from agent.sources.fsroot import LiveFs
 from agent.sources.host import read_interfaces, read_pci, read_pci_function
 from tests.factories import Content, make_root

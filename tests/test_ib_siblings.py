@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from agent.facts import NodeFacts, RdmaDevice, RdmaPort
-from agent.model import Status, Unsupported
-from agent.profiles import ProfileStore
+from agent.core.facts import NodeFacts, RdmaDevice, RdmaPort
+from agent.core.model import Status, Unsupported
+from agent.policy.profiles import ProfileStore
 from agent.sources.host import absent_host_facts
 from checks.ib import PORT_STATE
 

@@ -8,7 +8,7 @@ profile matched from Redfish. Each test drives the real CLI on snapshots built f
 On the code before this change: the BMC-only snapshot exited 3 ("holds neither host nor NVML data"); a
 remote BMC (an HPE DL380a with 2 H100 NVL as the BMC of the simulated 8-GPU Dell) failed
 `crosscheck.gpu_count` as critical, read live or recorded; `crosscheck.identity` did not exist; a jump
-host without GPUs judged a remote BMC by `no-nvidia-gpu`; `agent.binding` did not exist.
+host without GPUs judged a remote BMC by `no-nvidia-gpu`; `agent.core.binding` did not exist.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from agent.binding import bind_bmc
-from agent.facts import BmcFacts
-from agent.model import Unknown
+from agent.core.binding import bind_bmc
+from agent.core.facts import BmcFacts
+from agent.core.model import Unknown
 from tests.conftest import REPO, RunCli
 from tests.factories import host, write_tree
 from tests.peers.redfish import sushy_static
@@ -58,7 +58,7 @@ def healthy_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A writable copy of the simulated Dell XE9680 (8x H100), made as operators make it."""
     from click.testing import CliRunner
 
-    from agent.cli import cli
+    from agent.apps.cli.main import cli
 
     out = tmp_path_factory.mktemp("healthy") / "node"
     result = CliRunner().invoke(cli, ["snapshot", "capture", "--simulate", "hgx-h100-healthy", "--out", str(out)])

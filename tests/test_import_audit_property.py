@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.snapshot import INDEX_FILE, INDEX_LINE_MAX_BYTES, META_MAX_BYTES, index_max_bytes
+from agent.sources.snapshot import INDEX_FILE, INDEX_LINE_MAX_BYTES, META_MAX_BYTES, index_max_bytes
 from tests.conftest import REPO, RunCli
 
 
@@ -207,8 +207,8 @@ def test_a_huge_sel_imports_into_an_ipmi_json_audit_reads(tmp_path: Path, run_cl
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """ipmitool accepts 64 MiB and 100,000 SEL lines; ipmi.json once grew past the 32 MiB audit reads. Scaled
     down here (audit reading 2 MiB) to stay fast: the writer keeps the newest entries that fit, and says so."""
-    from agent.importers import ipmitool
     from agent.sources import bmc_source
+    from agent.sources.importers import ipmitool
 
     assert ipmitool.SEL_BUDGET + ipmitool.SENSORS_BUDGET + (4 << 20) <= bmc_source.RECORDING_MAX_BYTES
     monkeypatch.setattr(bmc_source, "RECORDING_MAX_BYTES", 2 << 20)
@@ -228,7 +228,7 @@ def test_links_stop_at_what_fs_links_json_may_hold(tmp_path: Path, run_cli: RunC
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """100,000 members with 4 KB link targets could make an fs_links.json past the 64 MiB audit reads; scaled
     down (a 4 KiB budget): the links past it are named as not recorded, and the snapshot audits."""
-    from agent.importers import base
+    from agent.sources.importers import base
 
     monkeypatch.setattr(base, "LINKS_BUDGET", 4 << 10, raising=False)
     tree = tmp_path / "sysfs"
@@ -253,8 +253,8 @@ def test_nvml_and_redfish_parts_past_what_audit_reads_are_not_recorded(
     """The reader's bound is the writer's: with both scaled down (nvml.json to 2 KiB, a Redfish resource to
     16 KiB), an import whose NVML recording or one resource is larger names it as not recorded, and audit
     reads the rest (it refused the whole snapshot when the writer did not know the reader's bound)."""
-    from agent.importers import base
     from agent.sources import nvml_replay, redfish_client
+    from agent.sources.importers import base
 
     for module, name, size in ((base, "NVML_MAX_BYTES", 2 << 10), (nvml_replay, "RECORDING_MAX_BYTES", 2 << 10),
                                (base, "REDFISH_MAX_BYTES", 16 << 10),

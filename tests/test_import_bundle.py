@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.importers.bug_report import SEPARATOR
-from agent.importers.bundle import import_inputs
-from agent.importers.inputs import Budget
+from agent.sources.importers.bug_report import SEPARATOR
+from agent.sources.importers.bundle import import_inputs
+from agent.sources.importers.inputs import Budget
 from tests.conftest import REPO, RunCli
 
 F = REPO / "fixtures"
@@ -87,8 +87,8 @@ def test_several_together_make_one_snapshot(tmp_path: Path, run_cli: RunCli) -> 
 
 def test_lspci_facts_match_the_simulated_node() -> None:
     """The importer writes the very files build_nodes.py writes for the simulated XE9680 (same parser)."""
-    from agent.importers.base import Builder, Contribution
-    from agent.importers.lspci import LspciImporter
+    from agent.sources.importers.base import Builder, Contribution
+    from agent.sources.importers.lspci import LspciImporter
 
     builder = Builder()
     LspciImporter().contribute(REAL["lspci"].read_bytes(), builder)

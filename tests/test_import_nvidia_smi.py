@@ -22,12 +22,12 @@ import pytest
 import yaml
 
 from agent import __version__
-from agent.errors import SnapshotError
-from agent.facts import GpuFacts, NvmlFacts
-from agent.importers.nvidia_smi import import_nvidia_smi, parse_nvidia_smi
-from agent.model import Unsupported
-from agent.snapshot import open_snapshot
+from agent.core.errors import SnapshotError
+from agent.core.facts import GpuFacts, NvmlFacts
+from agent.core.model import Unsupported
+from agent.sources.importers.nvidia_smi import import_nvidia_smi, parse_nvidia_smi
 from agent.sources.nvml import RecordedNvml, read_nvml
+from agent.sources.snapshot import open_snapshot
 from tests.conftest import REPO, RunCli
 from tests.factories import NVIDIA_SMI_DUMPS as FIXTURES
 from tests.factories import replay, text_of

@@ -14,9 +14,9 @@ import json
 import re
 from pathlib import Path
 
-from agent.importers.nvidia_smi import import_nvidia_smi
-from agent.importers.nvidia_smi_fields import version_text
-from agent.importers.nvidia_smi_text import read_text
+from agent.sources.importers.nvidia_smi import import_nvidia_smi
+from agent.sources.importers.nvidia_smi_fields import version_text
+from agent.sources.importers.nvidia_smi_text import read_text
 from tests.conftest import RunCli
 from tests.factories import replay, text_of
 

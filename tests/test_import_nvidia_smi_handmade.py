@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import SnapshotError
-from agent.importers.nvidia_smi import import_nvidia_smi, parse_nvidia_smi
-from agent.model import Unknown, Unsupported
+from agent.core.errors import SnapshotError
+from agent.core.model import Unknown, Unsupported
+from agent.sources.importers.nvidia_smi import import_nvidia_smi, parse_nvidia_smi
 from tests.conftest import REPO
 from tests.factories import replay, text_of
 

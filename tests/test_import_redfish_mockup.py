@@ -134,8 +134,8 @@ def test_the_import_prints_a_line_per_kind_every_file_with_v_and_only_errors_wit
 
 
 def test_import_help_lists_every_kind(run_cli: RunCli) -> None:
-    from agent.importers.bundle import kind_names
-    from agent.importers.summary import IMPORT_KINDS
+    from agent.sources.importers.bundle import kind_names
+    from agent.sources.importers.summary import IMPORT_KINDS
 
     assert list(IMPORT_KINDS) == kind_names()
     shown = " ".join(run_cli("snapshot", "import", "--help").stdout.split())

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.errors import SnapshotError
-from agent.importers import bundle
-from agent.importers.base import MAX_KMSG_LINES, Builder, Contribution, run_importer
-from agent.importers.bug_report import SEPARATOR
-from agent.importers.bundle import import_inputs
-from agent.importers.inputs import Budget, Content
-from agent.importers.kernel_log import KernelLogImporter
+from agent.core.errors import SnapshotError
+from agent.sources.importers import bundle
+from agent.sources.importers.base import MAX_KMSG_LINES, Builder, Contribution, run_importer
+from agent.sources.importers.bug_report import SEPARATOR
+from agent.sources.importers.bundle import import_inputs
+from agent.sources.importers.inputs import Budget, Content
+from agent.sources.importers.kernel_log import KernelLogImporter
 from tests.conftest import REPO
 
 NVSMI = REPO / "fixtures" / "nvidia-smi" / "gpud" / "nvidia-smi-query.535.161.08.out.0.valid.txt"
@@ -162,8 +162,8 @@ def test_a_corrupt_streamed_gzip_is_an_error_of_the_archive(tmp_path: Path, smal
 
 
 def test_section_reader_splits_as_split_sections() -> None:
-    from agent.importers.base import text_lines
-    from agent.importers.bug_report import SectionReader, split_sections
+    from agent.sources.importers.base import text_lines
+    from agent.sources.importers.bug_report import SectionReader, split_sections
 
     atoms = [SEPARATOR, "\n", "\n", "\n", "*** /proc/cmdline", "*** ls: x", "dmesg:", " ", "abc", "\r\n", "\r"]
     rng = random.Random(15)  # noqa: S311  # test data, not secrets

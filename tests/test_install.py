@@ -11,10 +11,10 @@ from pathlib import Path
 
 import yaml
 
-from agent.commands.install import LAYOUT_BIN, UNITS, own_console_script
-from agent.config import CONFIG_SCHEMA
-from agent.config_doc import example_config, reference_markdown
-from agent.schema import Validator
+from agent.apps.cli.install import LAYOUT_BIN, UNITS, own_console_script
+from agent.io.schema import Validator
+from agent.policy.config import CONFIG_SCHEMA
+from agent.policy.config_doc import example_config, reference_markdown
 from tests.conftest import REPO, RunCli
 from tests.test_systemd_units import analyze, exposure
 
@@ -101,7 +101,7 @@ def test_every_key_of_the_example_config_is_valid_when_uncommented() -> None:
 
 def test_the_config_reference_is_generated_from_the_schema() -> None:
     assert (REPO / "docs" / "config.md").read_text() == reference_markdown(), (
-        "docs/config.md is stale: run `python -m agent.config_doc > docs/config.md`")
+        "docs/config.md is stale: run `python -m agent.policy.config_doc > docs/config.md`")
     # Every row has the header's four cells: an enum's `a | b` must not open extra columns.
     rows = [line for line in reference_markdown().splitlines() if line.startswith("| `")]
     assert rows and all(len(re.split(r"(?<!\\)\|", row)) == 6 for row in rows), [

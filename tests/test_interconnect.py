@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.facts import AcsControl, IommuFacts, PciFunction, RdmaDevice, RdmaPort
-from agent.model import Status, Unknown
+from agent.core.facts import AcsControl, IommuFacts, PciFunction, RdmaDevice, RdmaPort
+from agent.core.model import Status, Unknown
 from agent.sources.fsroot import LiveFs
 from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.pcie import (

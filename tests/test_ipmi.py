@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, BmcVoltage, FirmwareItem
-from agent.model import SourceStatus, Unknown, Unsupported
+from agent.core.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, BmcVoltage, FirmwareItem
+from agent.core.model import SourceStatus, Unknown, Unsupported
 from agent.sources.ipmi import RECORD_FORMAT, read_ipmi_live, read_ipmi_recorded, validate_target
 from tests.peers import ipmi_sim as sim_harness
 from tests.peers.ipmi_sim import (

@@ -23,13 +23,13 @@ from typing import Any
 import psutil
 import pytest
 
-from agent.credentials import BmcOptions, Secret
-from agent.daemon import PollResult, SourcePoller
-from agent.facts import BmcFacts
-from agent.model import SourceStatus, Unknown
-from agent.node import NodeSource
+from agent.apps.daemon.service import PollResult, SourcePoller
+from agent.core.facts import BmcFacts
+from agent.core.model import SourceStatus, Unknown
+from agent.io.credentials import BmcOptions, Secret
 from agent.sources import ipmi_live
 from agent.sources.ipmi import read_ipmi_live
+from agent.sources.node import NodeSource
 from agent.sources.registry import BMC
 from agent.sources.source import ReadOptions
 from tests.peers.ipmi_sim import IpmiSim, ipmi_sim_fixture

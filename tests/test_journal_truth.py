@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal import JournalWriteError, RunJournal
+from agent.state.journal import JournalWriteError, RunJournal
 from tests.conftest import REPO, RunCli
 
 PAGE = 4096

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent import schema_gen
-from agent.cli import cli
-from agent.facts import KmsgRecord, NodeFacts
-from agent.model import Finding, Severity, Status, Unknown, Unsupported
-from agent.profiles import Profile
-from agent.schema import Validator
+from agent.apps.cli import schema_gen
+from agent.apps.cli.main import cli
+from agent.core.facts import KmsgRecord, NodeFacts
+from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.core.xid_catalog import ACTIONS
+from agent.io.schema import Validator
+from agent.policy.profiles import Profile
 from agent.sources.kernel_events import BY_ID, RULES, match_event, match_record, parse_kernel_events
 from agent.sources.kmsg import parse_kmsg_line, parse_kmsg_text, read_recorded_kmsg
-from agent.xid_catalog import ACTIONS
 from checks.gpu_xid import XID
 from checks.host_kernel_events import EVENTS, MAX_EXAMPLES
 from tests.conftest import REPO

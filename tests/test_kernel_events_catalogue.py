@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.facts import KmsgRecord, NodeFacts
-from agent.model import Status
+from agent.apps.cli.main import cli
+from agent.core.facts import KmsgRecord, NodeFacts
+from agent.core.model import Status
 from agent.sources.kernel_events import BY_ID, match_record
 from agent.sources.kmsg import read_recorded_kmsg
 from checks.host_kernel_events import EVENTS

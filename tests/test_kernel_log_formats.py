@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import KmsgRecord, NodeFacts
-from agent.importers.kernel_log import KernelLogImporter
-from agent.profiles import ProfileStore
+from agent.core.facts import KmsgRecord, NodeFacts
+from agent.policy.profiles import ProfileStore
+from agent.sources.importers.kernel_log import KernelLogImporter
 from agent.sources.kmsg import EARLIER_BOOT, line_grammar, parse_kmsg_text, predates_boot, wall_time
 from agent.sources.xid import parse_xids
 from checks.gpu_xid import XID

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.importers import lspci, pci_ids
-from agent.importers.lspci import parse_lspci, parse_lspci_lenient
+from agent.sources.importers import lspci, pci_ids
+from agent.sources.importers.lspci import parse_lspci, parse_lspci_lenient
 
 # pci.ids (https://pci-ids.ucw.cz, GPL-2.0-or-later or BSD-3-Clause): the lines this dump needs, as the file has them
 PCI_IDS = """\

@@ -13,14 +13,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from agent import metrics_server
-from agent.config import Config
-from agent.engine import AuditRequest, run_audit
-from agent.fleet.prometheus import STATUS_OF_CODE
-from agent.metrics import HEALTH_CODES, NodeMetrics
-from agent.metrics_server import MAX_HEAD_BYTES, Exposition, MetricsServer, ServerSettings
-from agent.model import Finding, Status, Waiver
+from agent.apps.fleet.prometheus import STATUS_OF_CODE
+from agent.core.model import Finding, Status, Waiver
+from agent.engine.audit import AuditRequest, run_audit
+from agent.io import metrics_server
+from agent.io.metrics_server import MAX_HEAD_BYTES, Exposition, MetricsServer, ServerSettings
+from agent.policy.config import Config
 from agent.report.collapse import display_subjects
+from agent.report.metrics import HEALTH_CODES, NodeMetrics
 from agent.report.model import Report
 from agent.report.prom import PASSING, STATUS_CODES, render_families, render_prom, render_with_client, report_families
 

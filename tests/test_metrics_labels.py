@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.config import Config
-from agent.engine import AuditRequest, run_audit
-from agent.facts_nvml import GpuFacts, NvmlFacts
-from agent.metrics import GpuLabels, NodeMetrics
-from agent.names import DASH
+from agent.core.facts_nvml import GpuFacts, NvmlFacts
+from agent.core.names import DASH
+from agent.engine.audit import AuditRequest, run_audit
+from agent.policy.config import Config
+from agent.report.metrics import GpuLabels, NodeMetrics
 from agent.report.model import Report
 from agent.report.prom import render_prom
 

@@ -184,7 +184,7 @@ def test_dashboard_structure() -> None:
 
 def test_value_mappings_are_the_exporters_codes() -> None:
     """The Findings and PSU/fan tables show the names of the codes agent/ writes (docs/metrics.md)."""
-    from agent.metrics import HEALTH_CODES
+    from agent.report.metrics import HEALTH_CODES
     from agent.report.prom import PASSING, STATUS_CODES
 
     mapped: dict[str, dict[str, str]] = {}

@@ -148,7 +148,7 @@ def test_the_code_table_is_read_from_the_doc() -> None:
 
 
 def test_the_doc_table_is_the_exporters() -> None:
-    from agent.metrics import HEALTH_CODES
+    from agent.report.metrics import HEALTH_CODES
     from agent.report.prom import STATUS_CODES
 
     assert code_tables()[STATUS] == {status.value: code for status, code in STATUS_CODES.items()}

@@ -108,8 +108,8 @@ def test_install_recipe_names_only_shipped_files() -> None:
 
 
 def test_shipped_example_config_is_what_install_writes() -> None:
-    from agent.config_doc import example_config
+    from agent.policy.config_doc import example_config
 
     assert EXAMPLE_CONFIG.read_text(encoding="utf-8") == example_config(), (
-        "systemd/config.example.yaml is stale: run `python -c 'from agent.config_doc import example_config; "
+        "systemd/config.example.yaml is stale: run `python -c 'from agent.policy.config_doc import example_config; "
         "print(example_config(), end=\"\")' > systemd/config.example.yaml`")

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts, NodeFacts
-from agent.importers.bug_report import SEPARATOR
-from agent.importers.ipmitool import parse_sensor_line
-from agent.model import SourceStatus, Status
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import BmcFacts, NodeFacts
+from agent.core.model import SourceStatus, Status
+from agent.policy.profiles import Profile, ProfileStore
+from agent.sources.importers.bug_report import SEPARATOR
+from agent.sources.importers.ipmitool import parse_sensor_line
 from agent.sources.ipmi_const import PARTS, RECORD_FORMAT
 from agent.sources.ipmi_parse import facts_and_status
 from agent.sources.redfish import RecordedRedfish, read_redfish

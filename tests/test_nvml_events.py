@@ -5,7 +5,7 @@ The event thread itself runs against NVIDIA's mock libnvidia-ml in tests/nvml_mo
 
 from __future__ import annotations
 
-from agent.facts import KmsgRecord
+from agent.core.facts import KmsgRecord
 from agent.sources.nvml_events import MAX_PENDING, NvmlEvent, XidLedger
 from agent.sources.xid import parse_xid, parse_xids
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pynvml
 
-from agent.facts import NvmlFacts
+from agent.core.facts import NvmlFacts
 from agent.sources import nvml_const
 from agent.sources.nvml import NvmlSession, RecordedHandle, RecordedNvml, StaticCache, read_nvml
 from tests.conftest import REPO

@@ -11,10 +11,10 @@ from typing import Any
 import pynvml
 import pytest
 
-from agent.model import Unknown, Unsupported
-from agent.snapshot import capture_live
+from agent.core.model import Unknown, Unsupported
 from agent.sources.fsroot import LiveFs
 from agent.sources.nvml import RecordedNvml, RecordingNvml, read_nvml
+from agent.sources.snapshot import capture_live
 from tests.conftest import REPO, RunCli
 
 H100 = REPO / "fixtures" / "nodes" / "hgx-h100-healthy" / "nvml.json"
@@ -134,7 +134,7 @@ def test_snapshot_capture_records_nvml(tmp_path: Path) -> None:
 
 
 def test_broken_recordings_are_clear_errors(tmp_path: Path) -> None:
-    from agent.errors import SnapshotError
+    from agent.core.errors import SnapshotError
 
     path = tmp_path / "nvml.json"
     path.write_text("{not json")

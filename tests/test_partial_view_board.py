@@ -1,7 +1,7 @@
 """Issue 13 rule 11, the board-level checks: a partial view is not judged by the 8-GPU board.
 
 One SXM GPU given to a VM (QEMU DMI, no NVSwitch on PCI, no BMC) is a partial view of the HGX board
-(`checks._gpu.partial_view`, the one predicate `agent.matching.board_fit` that gpu.count uses too). The
+(`checks._gpu.partial_view`, the one predicate `agent.policy.matching.board_fit` that gpu.count uses too). The
 board-level expectations are not in it to judge, so they `skip` with the reason instead of failing as
 critical: Fabric Manager (the hypervisor's programs the switches, and writes its log), the GPU's 18
 NVLinks to the NVSwitches when none of them trained, its fabric registration short of `completed`, the 8

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.config import DEFAULT_STATE_DIR
+from agent.policy.config import DEFAULT_STATE_DIR
 from tests.conftest import PRIVATE_STATE
 from tests.daemon_peer import changed_files, state_listing
 from tests.private_state import is_private_mount

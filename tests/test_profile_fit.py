@@ -11,7 +11,7 @@ On the code before this change: the H100, H100 MIG, H200 and A100 single-GPU dum
 dump failed `gpu.count` as critical (1 or 4 seen, 8 expected); the RTX 4000 SFF Ada dump failed
 `gpu.ecc.mode` as critical under generic-nvidia; the A10, L40S and T4 dumps fell back to generic-nvidia
 (the telegraf A10G dump, whose PCI ids telegraf masked, still falls back and passed before too);
-`agent.matching.board_fit` did not exist.
+`agent.policy.matching.board_fit` did not exist.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts, BmcGpu, BmcSwitch, NvmlFacts
-from agent.matching import board_fit, identify_bmc, select
-from agent.profiles import ProfileStore
+from agent.core.facts import BmcFacts, BmcGpu, BmcSwitch, NvmlFacts
+from agent.policy.matching import board_fit, identify_bmc, select
+from agent.policy.profiles import ProfileStore
 from checks.fabric import NVSWITCH_COUNT
 from checks.gpu_inventory import COUNT
 from checks.host_gpu_pci import PCI_COUNT
@@ -100,7 +100,7 @@ VM_DMI = {"sys_vendor": "QEMU", "product_name": "Standard PC (Q35 + ICH9, 2009)"
 
 
 def nvswitch(address: str) -> Any:
-    from agent.facts import PciFunction
+    from agent.core.facts import PciFunction
 
     return PciFunction(address=address, vendor=0x10DE, device=0x22A3, class_code=0x068000)
 
@@ -144,7 +144,7 @@ def test_the_nodes_bmc_listing_eight_gpus_or_nvlink_switches_shows_the_board() -
     switches = BmcFacts(protocol="redfish", gpus=(), switches=(BmcSwitch("NVSwitch_0", "NVLink"),))
     assert board_fit(h100, one_h100(bmc=switches)).full
     # ... but not when that BMC is another node's
-    from agent.facts import BmcBinding
+    from agent.core.facts import BmcBinding
 
     assert not board_fit(h100, one_h100(bmc=eight, binding=BmcBinding("remote", "another node"))).full
 
@@ -185,8 +185,8 @@ def test_matching_from_the_bmc_is_exact() -> None:
 # --- issue 26.7: a profile named with --profile that the hardware does not fit ---------------------
 
 def forced_match(forced: str, **where: Any) -> tuple[str, str]:
-    from agent.config import Config
-    from agent.engine import AuditRequest, run_audit
+    from agent.engine.audit import AuditRequest, run_audit
+    from agent.policy.config import Config
 
     report = run_audit(AuditRequest(config=Config(), profile=forced, only=("profile.match",), **where))
     (finding,) = [f for f in report.findings if f.check == "profile.match"]

@@ -14,10 +14,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agent.facts import BmcBinding, BmcFacts, BmcGpu
-from agent.matching import identify, identify_bmc, select
-from agent.model import SourceStatus, Status
-from agent.profiles import ProfileStore
+from agent.core.facts import BmcBinding, BmcFacts, BmcGpu
+from agent.core.model import SourceStatus, Status
+from agent.policy.matching import identify, identify_bmc, select
+from agent.policy.profiles import ProfileStore
 from tests.conftest import REPO, RunCli
 from tests.factories import gpu, gpu_facts, host, nvml_node, profile
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import ProfileError
-from agent.matching import Identity, select
-from agent.profiles import FALLBACK_PROFILE, ProfileStore, shipped_profile_dir
+from agent.core.errors import ProfileError
+from agent.policy.matching import Identity, select
+from agent.policy.profiles import FALLBACK_PROFILE, ProfileStore, shipped_profile_dir
 from tests.conftest import RunCli
 
 SHIPPED = sorted(p.stem for p in shipped_profile_dir().glob("*.yaml"))

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import PciFunction, RdmaDevice
-from agent.model import Status, Unknown
-from agent.profiles import Profile, ProfileStore
+from agent.core.facts import PciFunction, RdmaDevice
+from agent.core.model import Status, Unknown
+from agent.policy.profiles import Profile, ProfileStore
 from agent.sources.fsroot import LiveFs
 from agent.sources.rdma import read_rdma_devices
 from checks._rails import hca_kind, virtual_machine

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.snapshot import simulated_path
+from agent.sources.snapshot import simulated_path
 from tests.conftest import RunCli
 
 REDACT = "serials,uuids,hostnames,macs,ips,guids"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts
-from agent.model import Unknown, Unsupported
+from agent.core.facts import BmcFacts
+from agent.core.model import Unknown, Unsupported
 from agent.sources.redfish import RecordedRedfish, RedfishError, Walk, _children, parse_bmc, read_redfish, valid_path
 
 SINGLE = Path(__file__).resolve().parents[1] / "fixtures" / "redfish" / "single"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts
+from agent.core.facts import BmcFacts
 from agent.sources import redfish
 from agent.sources.redfish import LiveRedfish, RecordedRedfish, RecordingRedfish, Walk, read_redfish
 from tests.peers.redfish import FaultProxy, RedfishPeer, fault_proxy, mockup, sushy_static

@@ -9,9 +9,9 @@ import json
 import shutil
 from pathlib import Path
 
-from agent.facts import BmcFacts
-from agent.model import Status
-from agent.profiles import ProfileStore
+from agent.core.facts import BmcFacts
+from agent.core.model import Status
+from agent.policy.profiles import ProfileStore
 from agent.sources.redfish import LiveRedfish, RecordedRedfish, read_redfish
 from agent.sources.redfish_sensors import chassis_of
 from tests.peers.redfish import sushy_static

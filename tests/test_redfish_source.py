@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.credentials import Secret
-from agent.facts import BmcFacts
-from agent.model import Unknown
+from agent.core.facts import BmcFacts
+from agent.core.model import Unknown
+from agent.io.credentials import Secret
 from agent.sources.redfish import LiveRedfish, RecordedRedfish, RecordingRedfish, read_redfish
 from tests.conftest import RunCli
 from tests.peers.redfish import (

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from agent.journal import LockHeld, StateDir
-from agent.remediate import target_lock
+from agent.engine.remediate import target_lock
 from agent.sources.fsroot_snapshot import SnapshotFs
+from agent.state.journal import LockHeld, StateDir
 from remediations.sysctl import set_conf_key
 from remediations.targets import SnapshotTarget
 from tests.conftest import RunCli

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agent.journal import StateDir
+from agent.state.journal import StateDir
 from tests.conftest import RunCli
 from tests.peers.redfish import EMULATOR_SYSTEM, sushy_emulator
 from tests.test_remediate import remediate, rewrite, tree_state

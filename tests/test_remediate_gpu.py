@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from agent.config import Config
-from agent.engine import AuditRequest
-from agent.journal import StateDir
-from agent.remediate import RemediationRequest, _rollback, apply, plan
+from agent.engine.audit import AuditRequest
+from agent.engine.remediate import RemediationRequest, _rollback, apply, plan
+from agent.policy.config import Config
+from agent.state.journal import StateDir
 from remediations import ActionClass, Outcome
 from remediations.targets import SnapshotTarget
 from tests.conftest import RunCli

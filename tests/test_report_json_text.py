@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.core.sanitise import clean_value
 from agent.report.json_text import dumps_indented, report_text
-from agent.sanitise import clean_value
 
 
 def strict(value: Any) -> Any:
@@ -26,7 +26,7 @@ def strict(value: Any) -> Any:
         return [strict(v) for v in value]
     return value
 
-# Characters agent.sanitise replaces, their neighbours (which it keeps), quotes and backslashes.
+# Characters agent.core.sanitise replaces, their neighbours (which it keeps), quotes and backslashes.
 TRICKY = "\x00\x01\t\n\r\x1b\x1f\x7f\x80\x9f\xa0\u061b\u061c\u200d\u200e\u200f\u2027\u2028\u202e\u202f" \
          "\u2065\u2066\u2069\u206a\ufefe\ufeff\ufffd\ufffe\uffff\ud800\udc80\udfff\U0001f600\u00e9\u2013\"\\/ au"
 tricky_text = st.text(alphabet=st.sampled_from(TRICKY), max_size=8) | st.text(max_size=12)

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.sanitise import clean, clean_value, csv_cell, csv_row, is_clean, md_cell
+from agent.core.sanitise import clean, clean_value, csv_cell, csv_row, is_clean, md_cell
 from tests.conftest import REPO
 
 EVIL = "\x1b[2J\x00\u202e\r\nline2\x07|=cmd*_`<b>[x](y)\u2028"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.scheduler import breaker
-from agent.scheduler.ownership import Mark, proven
-from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm_cli import NodeState, SlurmError, parse_view
+from agent.apps.scheduler import breaker
+from agent.apps.scheduler.ownership import Mark, proven
+from agent.apps.scheduler.settings import HealthSettings
+from agent.apps.scheduler.slurm_cli import NodeState, SlurmError, parse_view
 
 SETTINGS = HealthSettings(state_dir=Path("/nonexistent"), breaker_percent=25, breaker_min_nodes=1)
 REASON = "nodewarden: gpu.lost gpu7: GPU 7 has fallen off the bus"

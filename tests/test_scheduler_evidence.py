@@ -1,5 +1,5 @@
 """Issue 30.3: no resume without positive evidence. A drain keeps the checks and subjects that caused
-it (agent.scheduler.trail.Memory); a resume needs each back as `pass` in the summary's results, and an
+it (agent.apps.scheduler.trail.Memory); a resume needs each back as `pass` in the summary's results, and an
 unknown, skip or absent one is undecided. The real-Slurm case is in tests/test_scheduler_slurm.py."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any, cast
 
 import pytest
 
-from agent.scheduler.answer import SUMMARY_SCHEMA, Answer, SummaryError, parse_summary
-from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm import act
-from agent.scheduler.slurm_cli import NodeState, Slurm
-from agent.scheduler.trail import Memory, recall, remember
+from agent.apps.scheduler.answer import SUMMARY_SCHEMA, Answer, SummaryError, parse_summary
+from agent.apps.scheduler.settings import HealthSettings
+from agent.apps.scheduler.slurm import act
+from agent.apps.scheduler.slurm_cli import NodeState, Slurm
+from agent.apps.scheduler.trail import Memory, recall, remember
 
 PSU = ("bmc.psu", "PS1 Status")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import pytest
 
-from agent.commands.health_check import health_check
+from agent.apps.cli.health_check import health_check
 
 REPO = Path(__file__).resolve().parents[1]
 NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))

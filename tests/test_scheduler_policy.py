@@ -11,12 +11,12 @@ from typing import NamedTuple
 
 import pytest
 
-from agent.scheduler.answer import SUMMARY_SCHEMA, Answer, parse_summary
-from agent.scheduler.ownership import Mark
-from agent.scheduler.policy import Plan, Seen, decide, reason_for
-from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm_cli import NodeState
-from agent.scheduler.trail import Memory
+from agent.apps.scheduler.answer import SUMMARY_SCHEMA, Answer, parse_summary
+from agent.apps.scheduler.ownership import Mark
+from agent.apps.scheduler.policy import Plan, Seen, decide, reason_for
+from agent.apps.scheduler.settings import HealthSettings
+from agent.apps.scheduler.slurm_cli import NodeState
+from agent.apps.scheduler.trail import Memory
 
 NOW = 1_800_000_000.0
 AT = 1_799_999_000  # when Slurm stamped our drain

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.scheduler.answer import Answer
-from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm import Decision, act
+from agent.apps.scheduler.answer import Answer
+from agent.apps.scheduler.settings import HealthSettings
+from agent.apps.scheduler.slurm import Decision, act
 from tests.peers.slurm import BURST_NODES, EXTRA_NODES, LONER, TOOLS, SlurmCluster, slurm_cluster  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """Issue 24.5: the daemon writes the state file health-check answers from (atomically, through
-agent.fsutil), and exports what the last health-check decided."""
+agent.io.fsutil), and exports what the last health-check decided."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.scheduler.state import REWRITE_EVERY_S, write_decision
+from agent.apps.scheduler.state import REWRITE_EVERY_S, write_decision
 from tests.daemon_peer import DaemonProcess, changed_files, running_daemon, state_listing
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,9 +67,9 @@ def test_no_decision_no_health_check_series(tmp_path: Path) -> None:
 
 def test_a_state_dir_it_may_not_trust_is_logged_once_and_never_stops_the_daemon(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from agent.config import Config
-    from agent.engine import AuditRequest, run_audit
-    from agent.scheduler.state import DaemonStateFile
+    from agent.apps.scheduler.state import DaemonStateFile
+    from agent.engine.audit import AuditRequest, run_audit
+    from agent.policy.config import Config
 
     shared = tmp_path / "shared"
     shared.mkdir()

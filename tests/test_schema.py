@@ -10,10 +10,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from agent.errors import NodewardenError, ProfileError
-from agent.profiles import shipped_profile_dir
-from agent.schema import SchemaError, Validator, check_schema_keywords, describe_path, validate_document
-from agent.yamlfile import LineMap, load_yaml_file, parse_yaml
+from agent.core.errors import NodewardenError, ProfileError
+from agent.io.schema import SchemaError, Validator, check_schema_keywords, describe_path, validate_document
+from agent.io.yamlfile import LineMap, load_yaml_file, parse_yaml
+from agent.policy.profiles import shipped_profile_dir
 
 # ---------------------------------------------------------------------------------------------
 # yamlfile
@@ -279,7 +279,7 @@ def shipped_schema() -> dict[str, Any]:
 
 
 def agree(schema: dict[str, Any], doc: Any) -> tuple[bool, bool]:
-    """(jsonschema says valid, agent.schema says valid)."""
+    """(jsonschema says valid, agent.io.schema says valid)."""
     return jsonschema.Draft202012Validator(schema).is_valid(doc), not Validator(schema).errors(doc)
 
 
@@ -462,7 +462,7 @@ def test_there_are_enough_broken_profiles() -> None:
 
 @pytest.mark.parametrize("name", sorted(BROKEN_PROFILES))
 def test_agreement_on_broken_profiles(name: str) -> None:
-    """Each document really is invalid per jsonschema, and agent.schema rejects it too."""
+    """Each document really is invalid per jsonschema, and agent.io.schema rejects it too."""
     reference, ours = agree(shipped_schema(), BROKEN_PROFILES[name])
     assert reference is False, "test case is not actually broken"
     assert ours == reference

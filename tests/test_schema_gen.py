@@ -9,9 +9,9 @@ from typing import Any
 import psutil
 import pytest
 
-from agent import schema_gen
-from agent.model import Severity, Status, Unknown, Unsupported
-from agent.schema import Validator
+from agent.apps.cli import schema_gen
+from agent.core.model import Severity, Status, Unknown, Unsupported
+from agent.io.schema import Validator
 from agent.sources.fsroot import LiveFs
 from agent.sources.host import read_swap_total_kb
 from checks import Check, all_checks
@@ -21,13 +21,13 @@ from tests.factories import exp, host, node, profile, write_tree
 
 
 def test_committed_schema_is_generated_from_the_registry() -> None:
-    """Regenerate with `python -m agent.schema_gen > profiles/schema.json`."""
+    """Regenerate with `python -m agent.apps.cli.schema_gen > profiles/schema.json`."""
     committed = (REPO / "profiles" / "schema.json").read_text(encoding="utf-8")
     assert committed == schema_gen.schema_text(), "profiles/schema.json is stale: regenerate it"
 
 
 def test_readme_check_table_is_generated_from_the_registry() -> None:
-    """Regenerate with `python -m agent.schema_gen --readme`."""
+    """Regenerate with `python -m agent.apps.cli.schema_gen --readme`."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert readme == schema_gen.readme_with_table(readme), "README check table is stale: regenerate it"
     table = readme.split(schema_gen.README_BEGIN)[1].split(schema_gen.README_END)[0]
@@ -114,7 +114,7 @@ def test_swap_check_judges_the_profile_limit() -> None:
 
 
 def test_base_profile_asks_for_swap_off() -> None:
-    from agent.profiles import ProfileStore
+    from agent.policy.profiles import ProfileStore
 
     base = ProfileStore().profile("generic-nvidia", with_overrides=False)
     expectation = base.expectation("swap", "total_kb")

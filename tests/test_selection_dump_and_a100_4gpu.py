@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from agent.facts import NvmlFacts, PciFunction
-from agent.matching import Identity, board_fit, select
-from agent.profiles import ProfileStore
+from agent.core.facts import NvmlFacts, PciFunction
+from agent.policy.matching import Identity, board_fit, select
+from agent.policy.profiles import ProfileStore
 from agent.sources.nvml import RecordedNvml, read_nvml
 from checks.fabric import NVSWITCH_COUNT
 from checks.gpu_inventory import COUNT
@@ -219,7 +219,7 @@ def test_an_8_gpu_a100_board_with_four_gpus_gone_is_not_hidden_by_the_4_gpu_prof
     facts = nvml_node(gpus, host_facts=host(pci=(*(a100(g.pci_bus_id) for g in gpus), *switches),
                                             dmi={"sys_vendor": "NVIDIA", "product_name": "DGXA100"}))
     store = ProfileStore()
-    from agent.matching import identify
+    from agent.policy.matching import identify
 
     assert isinstance(facts.nvml, NvmlFacts)
     profile = select(identify(facts.host, facts.nvml), store).profile

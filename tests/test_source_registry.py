@@ -18,20 +18,21 @@ from typing import Any
 import pytest
 import yaml
 
-import agent.daemon as daemon_mod
-import agent.snapshot as snapshot_mod
-from agent.config import CONFIG_SCHEMA, load_config
-from agent.credentials import BmcOptions
-from agent.daemon import DEFAULT_INTERVALS, DEFAULT_TIMEOUTS, Daemon, DaemonSettings
-from agent.engine import AuditRequest, run_audit
-from agent.metrics import ServerSettings
-from agent.model import SourceStatus
-from agent.node import open_node
-from agent.snapshot import capture_live
+import agent.apps.daemon.service as daemon_mod
+import agent.sources.snapshot as snapshot_mod
+from agent.apps.daemon.service import DEFAULT_INTERVALS, DEFAULT_TIMEOUTS, Daemon, DaemonSettings
+from agent.core.model import SourceStatus
+from agent.engine.audit import AuditRequest, run_audit
+from agent.io.credentials import BmcOptions
+from agent.policy.config import CONFIG_SCHEMA, load_config
+from agent.policy.polls import Poll
+from agent.report.metrics import ServerSettings
 from agent.sources import registry
 from agent.sources.kmsg import read_recorded_kmsg
 from agent.sources.local_sources import kmsg_recording
-from agent.sources.source import CaptureOptions, NodeView, Poll, ReadOptions, Recording, Source
+from agent.sources.node import open_node
+from agent.sources.snapshot import capture_live
+from agent.sources.source import CaptureOptions, NodeView, ReadOptions, Recording, Source
 from tests.conftest import REPO
 
 
@@ -158,8 +159,8 @@ def test_the_bmc_named_on_the_command_line_is_read_live_even_for_a_snapshot() ->
 
 
 def test_a_recorded_bmc_without_ipmi_json_imports_no_ipmi_code() -> None:
-    code = ("import sys; from agent.config import load_config; from agent.engine import AuditRequest; "
-            "from agent.node import open_node; from agent.sources.registry import BMC; "
+    code = ("import sys; from agent.policy.config import load_config; from agent.engine.audit import AuditRequest; "
+            "from agent.sources.node import open_node; from agent.sources.registry import BMC; "
             "from agent.sources.source import ReadOptions; "
             "node = open_node(AuditRequest(config=load_config(None), simulate='hgx-h100-drifted')); "
             "facts, st = BMC.read(node, ReadOptions()); assert st['redfish'].ok; "

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from agent.facts import BmcFacts, BmcGpu, BmcLogEntry, FirmwareItem
-from agent.matching import Identity, identify_bmc, select
-from agent.model import Finding, SourceStatus, Status
-from agent.profiles import ProfileStore
+from agent.core.facts import BmcFacts, BmcGpu, BmcLogEntry, FirmwareItem
+from agent.core.model import Finding, SourceStatus, Status
+from agent.policy.matching import Identity, identify_bmc, select
+from agent.policy.profiles import ProfileStore
 from checks.bmc_events import EVENTS, LINK_FLAPS_MAX
 from checks.bmc_firmware import CONSISTENCY, is_gpu_vbios_image
 from tests.conftest import REPO, RunCli

@@ -20,13 +20,13 @@ from tests.conftest import REPO
 # Libraries of sources this audit does not read live, and of commands it is not.
 SOURCE_LIBRARIES = ("pynvml", "redfish", "requests", "urllib3", "pyghmi", "prometheus_client", "psutil")
 # Standard-library modules only some paths need: writing a file (secrets, socket), the OpenSSL
-# hashes (hashlib; SHA-256 comes from agent.digest), a median of GPU temperatures (statistics),
+# hashes (hashlib; SHA-256 comes from agent.core.digest), a median of GPU temperatures (statistics),
 # and HTTP or TLS, which only a live BMC read uses.
 STDLIB_EXTRAS = ("hashlib", "secrets", "socket", "statistics", "ssl", "http.client", "email")
 
 _RUN = """
 import sys
-from agent.cli import cli
+from agent.apps.cli.main import cli
 try:
     cli.main(args=sys.argv[1:], prog_name="nodewarden")
 except SystemExit as exc:
@@ -55,7 +55,7 @@ def test_a_simulated_audit_imports_no_library_of_a_source_it_does_not_read(tmp_p
     run_fresh(args, tmp_path)  # fills the YAML cache, so the audit below is a warm one
     code, modules = run_fresh(args, tmp_path)
     assert code == 1, "the drifted node's audit fails checks (exit 1): it ran to the end"
-    assert "agent.engine" in modules and "checks.gpu_thermal" in modules  # the audit really ran, GPU checks too
+    assert "agent.engine.audit" in modules and "checks.gpu_thermal" in modules  # the audit really ran, GPU checks too
     assert [m for m in modules if m.split(".")[0] in SOURCE_LIBRARIES] == []
     assert [m for m in modules if m in STDLIB_EXTRAS] == []
     assert "yaml" not in modules, "every profile was parsed before: the audit reads them from the cache"
@@ -64,5 +64,5 @@ def test_a_simulated_audit_imports_no_library_of_a_source_it_does_not_read(tmp_p
 def test_version_imports_no_audit_machinery(tmp_path: Path) -> None:
     code, modules = run_fresh(["--version"], tmp_path)
     assert code == 0
-    heavy = ("agent.engine", "agent.facts", "checks", "logging", "traceback", "json", "yaml", *SOURCE_LIBRARIES)
+    heavy = ("agent.engine.audit", "agent.core.facts", "checks", "logging", "traceback", "json", "yaml", *SOURCE_LIBRARIES)
     assert [m for m in modules if m in heavy] == []

@@ -33,7 +33,7 @@ if "--with-thread" in sys.argv:
         time.sleep(0.3)
         print("thread done", file=sys.stderr, flush=True)
     threading.Thread(target=late).start()
-from agent.cli import main
+from agent.apps.cli.main import main
 sys.argv[0] = "nodewarden"
 main()
 print("not reached", file=sys.stderr)
@@ -66,17 +66,17 @@ def test_the_console_script_waits_for_a_thread_as_the_interpreter_does(tmp_path:
 
 
 def test_an_audit_collects_less_often_and_restores_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    import agent.engine
-    from agent.cli import cli
+    import agent.engine.audit
+    from agent.apps.cli.main import cli
 
     seen: list[tuple[int, ...]] = []
-    real = agent.engine.run_audit
+    real = agent.engine.audit.run_audit
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(gc.get_threshold())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(agent.engine, "run_audit", spy)
+    monkeypatch.setattr(agent.engine.audit, "run_audit", spy)
     before = gc.get_threshold()
     result = CliRunner().invoke(cli, AUDIT)
     assert result.exit_code == 1 and seen == [(50_000, *before[1:])]
@@ -84,14 +84,14 @@ def test_an_audit_collects_less_often_and_restores_the_threshold(monkeypatch: py
 
 
 def test_commands_are_imported_when_named_and_read_as_before() -> None:
-    code = ("import sys\nfrom agent.cli import cli\n"
-            "print(sorted(m for m in ('agent.cli_commands', 'agent.baseline') if m in sys.modules))\n"
-            "cli.commands['profiles']\nprint(sorted(m for m in ('agent.cli_commands', 'agent.baseline') "
+    code = ("import sys\nfrom agent.apps.cli.main import cli\n"
+            "print(sorted(m for m in ('agent.apps.cli.commands', 'agent.apps.cli.baseline') if m in sys.modules))\n"
+            "cli.commands['profiles']\nprint(sorted(m for m in ('agent.apps.cli.commands', 'agent.apps.cli.baseline') "
             "if m in sys.modules))\n")
     lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True,
                            timeout=60).stdout.splitlines()
-    assert lines == ["[]", "['agent.cli_commands']"]
-    from agent.cli import cli
+    assert lines == ["[]", "['agent.apps.cli.commands']"]
+    from agent.apps.cli.main import cli
 
     names = cli.list_commands(None)  # type: ignore[arg-type]
     assert {"audit", "baseline", "daemon", "fleet", "profiles", "remediate", "snapshot", "apply-boot"} <= set(names)
@@ -143,15 +143,15 @@ def test_a_simulated_audit_imports_no_thread_pool_strptime_pkgutil_or_other_comm
     run_fresh(AUDIT, tmp_path)  # warm caches, as on a node
     code, modules = run_fresh(AUDIT, tmp_path)
     assert code == 1 and "checks.gpu_thermal" in modules
-    unneeded = ("concurrent.futures", "queue", "_strptime", "pkgutil", "agent.cli_commands", "agent.baseline")
+    unneeded = ("concurrent.futures", "queue", "_strptime", "pkgutil", "agent.apps.cli.commands", "agent.apps.cli.baseline")
     assert [m for m in unneeded if m in modules] == []
 
 
 def test_a_command_imported_when_named_is_one_of_the_group_before_that() -> None:
-    """`"baseline" in cli.commands` is true before agent.baseline is imported (a test that asked this
+    """`"baseline" in cli.commands` is true before agent.apps.cli.baseline is imported (a test that asked this
     of a plain dict built its own root, and the man page then lost `-h`)."""
-    code = ("import sys; from agent.cli import cli; "
-            "print('baseline' in cli.commands, 'agent.baseline' in sys.modules, 'nope' in cli.commands)")
+    code = ("import sys; from agent.apps.cli.main import cli; "
+            "print('baseline' in cli.commands, 'agent.apps.cli.baseline' in sys.modules, 'nope' in cli.commands)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                           timeout=60)
     assert done.stdout.split() == ["True", "False", "False"]

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from agent import fsutil
-from agent.journal import LockHeld, StateDir, b64
-from agent.remediate import target_lock
+from agent.engine.remediate import target_lock
+from agent.io import fsutil
+from agent.state.journal import LockHeld, StateDir, b64
 from remediations.targets import LiveTarget
 from tests.conftest import REPO, RunCli
 

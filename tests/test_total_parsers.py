@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.errors import NodewardenError, ProfileError
-from agent.importers.nvidia_smi import parse_nvidia_smi
-from agent.jsonfile import JsonInputError, load_json_bytes, nesting_depth
-from agent.profiles import ProfileStore
+from agent.core.errors import NodewardenError, ProfileError
+from agent.io.jsonfile import JsonInputError, load_json_bytes, nesting_depth
+from agent.io.yamlfile import parse_yaml
+from agent.policy.profiles import ProfileStore
+from agent.sources.importers.nvidia_smi import parse_nvidia_smi
 from agent.sources.kmsg import parse_kmsg_text, read_recorded_kmsg
 from agent.sources.xid import parse_xids
-from agent.yamlfile import parse_yaml
 from remediations import RedfishPatch, UnsafeValue, guard_config_text, unsafe_for_config
 from remediations.sysctl import set_conf_key
 from tests.conftest import REPO

@@ -11,8 +11,8 @@ from typing import cast
 
 import pytest
 
-from agent.accept.runners import CommandLoad, LoadError
-from agent.trusted_exec import UntrustedProgram, find_program, trusted_program
+from agent.apps.accept.runners import CommandLoad, LoadError
+from agent.io.trusted_exec import UntrustedProgram, find_program, trusted_program
 
 
 def program(folder: Path, mode: int = 0o755) -> Path:
@@ -46,7 +46,7 @@ def test_a_trusted_load_command_runs_by_name_from_path(tmp_path: Path) -> None:
     burn = program(tmp_path / "bin")
     load = CommandLoad(["burn"], env={"PATH": f"relative:{burn.parent}"})  # a relative entry is never searched
     load.start()
-    assert load.proc is not None  # the guard (agent.accept.load_guard) runs it by its checked path
+    assert load.proc is not None  # the guard (agent.apps.accept.load_guard) runs it by its checked path
     args = cast(list[str], load.proc.args)
     assert args[args.index("--") + 1] == str(burn)
     load.proc.wait(timeout=10)

@@ -1,4 +1,4 @@
-"""Remembered schema passes (agent.yamlfile `validation`, profiles): a pass is reused only for the same
+"""Remembered schema passes (agent.io.yamlfile `validation`, profiles): a pass is reused only for the same
 content, schema and validator code, and an entry that could be damaged or forged is never taken for one."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from agent import profiles, schema, yamlfile
-from agent.digest import sha256_hex
-from agent.errors import ProfileError
-from agent.yamlfile import LineMap
+from agent.core.digest import sha256_hex
+from agent.core.errors import ProfileError
+from agent.io import schema, yamlfile
+from agent.io.yamlfile import LineMap
+from agent.policy import profiles
 
 REPO = Path(__file__).resolve().parents[1]
 

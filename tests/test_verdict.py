@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.model import Finding, Severity, Status, Waiver
+from agent.core.model import Finding, Severity, Status, Waiver
 from agent.report.verdict import DEGRADED, DRAIN, OK, drains, judge, verdict_json
 from tests.conftest import RunCli
 

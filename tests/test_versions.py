@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from agent import versions
-from agent.expect import Expectation
-from agent.facts import BmcFacts, FirmwareItem, NodeFacts
-from agent.model import SourceStatus, Status
-from agent.profiles import Profile, ProfileStore, profile_validator
+from agent.core import versions
+from agent.core.expect import Expectation
+from agent.core.facts import BmcFacts, FirmwareItem, NodeFacts
+from agent.core.model import SourceStatus, Status
+from agent.policy.profiles import Profile, ProfileStore, profile_validator
 from agent.sources.bios_registry import parse_attribute_registry
 from checks.bios import BIOS, enumeration_value, meets
 from checks.bmc_firmware import FIRMWARE

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.facts import KmsgRecord, NodeFacts, XidEvent
-from agent.model import Finding, Severity, Status
+from agent.core.facts import KmsgRecord, NodeFacts, XidEvent
+from agent.core.model import Finding, Severity, Status
+from agent.core.xid_catalog import ACTIONS, APPLICATION_ACTIONS, CATALOG, NVL5_ROWS, NVL5_UNITS, classify
 from agent.sources.kmsg import boot_start, parse_kmsg_line, parse_kmsg_text, predates_boot, wall_time
 from agent.sources.xid import parse_xid, parse_xids
-from agent.xid_catalog import ACTIONS, APPLICATION_ACTIONS, CATALOG, NVL5_ROWS, NVL5_UNITS, classify
 from checks.gpu_xid import XID
 from tests.conftest import REPO, RunCli
 from tests.factories import gpu, host, node, profile

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import yamlfile
-from agent.errors import ProfileError
+from agent.core.errors import ProfileError
+from agent.io import yamlfile
 
 
 def write(tmp_path: Path, text: str) -> Path:

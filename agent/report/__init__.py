@@ -1,6 +1,6 @@
 """Report renderers: json, table, junit, prom. Each takes a finished Report.
 
-Every string from outside goes through `agent.sanitise` on its way out, in every format.
+Every string from outside goes through `agent.core.sanitise` on its way out, in every format.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ def render(report: Report, fmt: str, *, verbose: bool = False, color: bool = Fal
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write a report to a path the user named: `agent.fsutil.write_output` (the one writer).
+    """Write a report to a path the user named: `agent.io.fsutil.write_output` (the one writer).
 
     A regular file is replaced atomically, so node_exporter's textfile
     collector sees the old file or the new one, never half of one; a device
     or FIFO is written in place; a missing folder is an error (exit 2).
     """
-    from agent.fsutil import write_output
+    from agent.io.fsutil import write_output
 
     write_output(path, text)

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.model import Finding, Severity, Status
-from agent.names import compress, natural_key
+from agent.core.model import Finding, Severity, Status
+from agent.core.names import compress, natural_key
 
 STATUS_ORDER = {Status.FAIL: 0, Status.UNKNOWN: 1, Status.WARN: 2, Status.FIXED: 3, Status.SKIP: 4, Status.PASS: 5}
 SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}

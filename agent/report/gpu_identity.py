@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.facts import NodeFacts
-from agent.facts_bmc import BmcFacts, BmcGpu
-from agent.facts_nvml import GpuFacts, NvmlFacts
+from agent.core.facts import NodeFacts
+from agent.core.facts_bmc import BmcFacts, BmcGpu
+from agent.core.facts_nvml import GpuFacts, NvmlFacts
 
 MAX_GPUS = 64  # a node holds at most this many GPUs worth naming; the rest are left unnamed
 MAX_ID = 96  # characters: a longer UUID, serial or bus id is not one (left out rather than cut)

@@ -3,7 +3,7 @@
 With `indent`, the standard library encodes in Python, one generator step per token (~4 ms for an
 8-GPU node's report), and `clean_value` walks every string once more (~2.5 ms). Here one recursive
 pass writes the same text (strings still through the C escaper), and the cleaning is skipped when
-the text shows that no string needs it: every character `agent.sanitise` replaces (controls, DEL,
+the text shows that no string needs it: every character `agent.core.sanitise` replaces (controls, DEL,
 C1, bidi and line separators, BOM, non-characters, surrogates) is a non-printable or a non-ASCII
 one, which ASCII-only JSON writes as an escape; without such an escape, cleaning changes nothing.
 """
@@ -15,7 +15,7 @@ import re
 from json.encoder import encode_basestring_ascii as _quoted
 from typing import Any
 
-from agent.sanitise import clean_value, is_clean
+from agent.core.sanitise import clean_value, is_clean
 
 # How ASCII-only JSON writes a control character (`\\n`) or any other non-ASCII or non-printable one
 # (`\\u00e9`). An escaped backslash before such text (`\\\\n`) matches too: that only costs the cleaning.
@@ -29,7 +29,7 @@ def report_text(doc: Any) -> str:
 
 
 def _needs_cleaning(text: str) -> bool:
-    """Whether some string in the JSON `text` holds a character agent.sanitise replaces."""
+    """Whether some string in the JSON `text` holds a character agent.core.sanitise replaces."""
     if "\\" not in text:
         return False
     return any(m.group(1) or not is_clean(chr(int(m.group(2), 16))) for m in _ESCAPE.finditer(text))

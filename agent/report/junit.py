@@ -4,7 +4,7 @@ fail -> <failure>, unknown -> <error> (the check could not run), skip and
 waived -> <skipped>, warn -> passes with the message in <system-out>. A finding of
 an imported snapshot names its inputs in the testcase's <properties> (`evidence`); a GPU's
 finding names the GPU there (`gpu.uuid`, `gpu.pci_bus_id`, `gpu.serial`: agent.report.gpu_identity).
-Every text is cleaned (`agent.sanitise`): XML 1.0 cannot hold NUL, ESC and
+Every text is cleaned (`agent.core.sanitise`): XML 1.0 cannot hold NUL, ESC and
 most other control characters even escaped, so one would make the file unreadable.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from agent.model import Finding, Status
+from agent.core.model import Finding, Status
+from agent.core.sanitise import clean
 from agent.report.gpu_identity import gpu_identities, gpu_of
 from agent.report.model import Report
-from agent.sanitise import clean
 
 
 def render_junit(report: Report) -> str:

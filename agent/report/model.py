@@ -1,6 +1,6 @@
 """The finished audit: `Report`, what the engine returns and every renderer, the daemon and the CLI take.
 
-Plain data only: it imports the finding types (`agent.model`) and the facts, never the engine or a
+Plain data only: it imports the finding types (`agent.core.model`) and the facts, never the engine or a
 renderer, so anything may import it without a circle.
 """
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent import __version__
-from agent.facts import NodeFacts
-from agent.model import Finding, SourceStatus, Status
+from agent.core.facts import NodeFacts
+from agent.core.model import Finding, SourceStatus, Status
 from agent.report.gpu_identity import gpu_identities, gpu_of
 from agent.report.verdict import verdict_json
 

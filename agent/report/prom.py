@@ -21,11 +21,11 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString as _client_float
 
 from agent import __version__
-from agent.model import Status
+from agent.core.model import Status
+from agent.core.sanitise import clean
 from agent.report.collapse import display_subjects
 from agent.report.model import Report
 from agent.report.verdict import VERDICTS, judge
-from agent.sanitise import clean
 
 # Status codes, ordered by badness: `max by (instance) (nodewarden_check_status)` is the worst.
 STATUS_CODES = {Status.PASS: 0, Status.SKIP: 1, Status.FIXED: 2, Status.WARN: 3, Status.UNKNOWN: 4, Status.FAIL: 5}
@@ -135,7 +135,7 @@ def _go_float(value: float) -> str:
 
 @functools.lru_cache(maxsize=1 << 16)  # the daemon renders the same few thousand values every scrape
 def _label_value(value: str) -> str:
-    # Cleaned first (agent.sanitise): no control characters or lone surrogates reach the exposition;
+    # Cleaned first (agent.core.sanitise): no control characters or lone surrogates reach the exposition;
     # a newline is kept, since the format escapes it (as prometheus-client does).
     return clean(value, newlines=True).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 

@@ -4,7 +4,7 @@ Columns: status, severity, check, subject, message. Identical results on several
 one row (`agent.report.collapse`); a subject is never cut (a long one puts its message on the next
 line), a message only without -v; -v adds each finding's why and, for an imported snapshot, the inputs it
 came from ("from: FILE (SECTION)"). Every line fits the terminal's width (`agent.report.fit`: names wrap,
-messages are cut, or wrap with -v). Every string from outside goes through `agent.sanitise.clean`.
+messages are cut, or wrap with -v). Every string from outside goes through `agent.core.sanitise.clean`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import shutil
 
 import click
 
-from agent.model import Finding, Severity, Status
+from agent.core.model import Finding, Severity, Status
+from agent.core.sanitise import clean
 from agent.report.collapse import Row, collapse, display_subjects, rank
 from agent.report.fit import clamp, continuation, cut, row, wrap
 from agent.report.model import Report
 from agent.report.verdict import render_verdict
-from agent.sanitise import clean
 
 _COLORS = {Status.FAIL: "red", Status.UNKNOWN: "magenta", Status.WARN: "yellow", Status.FIXED: "cyan",
            Status.SKIP: "bright_black", Status.PASS: "green"}

@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.model import Finding, Severity, Status
-from agent.names import compress, natural_key
+from agent.core.model import Finding, Severity, Status
+from agent.core.names import compress, natural_key
+from agent.core.sanitise import clean
 from agent.report.collapse import rank
 from agent.report.fit import row, wrap
 from agent.report.gpu_identity import GpuIdentity, gpu_of
-from agent.sanitise import clean
 
 OK, DEGRADED, DRAIN = "OK", "DEGRADED", "DRAIN"
 VERDICTS = (OK, DEGRADED, DRAIN)  # in order of badness

@@ -3,7 +3,7 @@
 Where a node's baseline lives: inside its snapshot for a recorded node, else
 `<config.state_dir>/baseline.json`. The audit and the daemon load it into
 `NodeFacts.baseline` through `load_node_baseline`, which never raises; the
-`nodewarden baseline` commands (agent.baseline) write and show it. Hostile input
+`nodewarden baseline` commands (agent.apps.cli.baseline) write and show it. Hostile input
 like any other file: size- and depth-bounded, every field type-checked.
 """
 
@@ -13,12 +13,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent.errors import NodewardenError
+from agent.core.errors import NodewardenError
 
 if TYPE_CHECKING:
-    from agent.config import Config
-    from agent.facts import Baseline
-    from agent.model import Unknown
+    from agent.core.facts import Baseline
+    from agent.core.model import Unknown
+    from agent.policy.config import Config
 
 
 class _HasSnapshot(Protocol):
@@ -50,8 +50,8 @@ def load_node_baseline(node: _HasSnapshot, config: Config) -> Baseline | Unknown
 
 def load_baseline(path: Path) -> Baseline | Unknown:
     """The baseline in `path`: Unsupported when none was recorded, Unknown when it cannot be used."""
-    from agent.facts import NO_BASELINE
-    from agent.model import Unknown
+    from agent.core.facts import NO_BASELINE
+    from agent.core.model import Unknown
 
     try:
         return parse_baseline(read_document(path), str(path))
@@ -63,7 +63,7 @@ def load_baseline(path: Path) -> Baseline | Unknown:
 
 def read_document(path: Path) -> dict[str, Any]:
     """The JSON object in `path` (FileNotFoundError when there is none)."""
-    from agent.jsonfile import JsonInputError, load_json_bytes, read_bounded
+    from agent.io.jsonfile import JsonInputError, load_json_bytes, read_bounded
 
     try:
         data = read_bounded(path, MAX_BASELINE_BYTES)
@@ -127,7 +127,7 @@ def _readings(section: dict[str, Any], key: str, path: str, value_key: str | Non
 
 def parse_baseline(doc: dict[str, Any], path: str) -> Baseline:
     """A `nodewarden.baseline/v1` document -> Baseline. Unknown keys are ignored (newer writers)."""
-    from agent.facts import Baseline, BaselineGpu
+    from agent.core.facts import Baseline, BaselineGpu
 
     if doc.get("schema") != BASELINE_SCHEMA:
         raise BaselineError(f"not a {BASELINE_SCHEMA} file (schema: {doc.get('schema')!r})", path=path)

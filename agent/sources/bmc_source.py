@@ -12,17 +12,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.credentials import BmcOptions
-from agent.errors import SnapshotError
-from agent.facts import BmcFacts
-from agent.model import SourceStatus, Unknown, Unsupported
+from agent.core.errors import SnapshotError
+from agent.core.facts import BmcFacts
+from agent.core.model import SourceStatus, Unknown, Unsupported
+from agent.io.credentials import BmcOptions
+from agent.policy.polls import BMC_INVENTORY, BMC_SENSORS
 from agent.sources.local_sources import json_recording
 from agent.sources.source import (
     NOT_IN_SNAPSHOT,
     PENDING,
     CaptureOptions,
     NodeView,
-    Poll,
     PollResult,
     ReadOptions,
     Recording,
@@ -62,7 +62,7 @@ def merge_bmc(redfish_facts: BmcFacts | Unknown | None, ipmi_facts: BmcFacts | U
 
 
 def load_recording(path: Path) -> Any:
-    from agent.jsonfile import JsonInputError, load_json_file
+    from agent.io.jsonfile import JsonInputError, load_json_file
 
     try:
         return load_json_file(path, max_bytes=RECORDING_MAX_BYTES)
@@ -82,9 +82,7 @@ class BmcSource(Source):
     facts_field = "bmc"
     recorded_as = PROTOCOLS
     files = ("redfish", IPMI_FILE)
-    # Walked from the chassis for sensors, and whole (firmware, BIOS, logs) rarely: BMCs are small and slow.
-    polls = (Poll("bmc_inventory", 3600.0, 120.0, "the BMC's whole tree (firmware, BIOS, logs)"),
-             Poll("bmc_sensors", 120.0, 60.0, "the BMC's sensors (walked from /Chassis)", sensors_only=True))
+    polls = (BMC_INVENTORY, BMC_SENSORS)  # the sensors often, the whole tree rarely
 
     def protocols(self, node: NodeView, bmc: BmcOptions) -> tuple[str, ...]:
         """The protocols this node's BMC is read with: named on the command line, else the snapshot's."""
@@ -155,7 +153,7 @@ class BmcSource(Source):
         return Unsupported(reason)
 
     def record(self, out: Path, options: CaptureOptions, done: Recording) -> None:
-        from agent.fsutil import create_file  # capture-only: off the audit's import path
+        from agent.io.fsutil import create_file  # capture-only: off the audit's import path
 
         bmc = options.bmc
         if bmc is None or not bmc.configured:

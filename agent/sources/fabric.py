@@ -28,8 +28,8 @@ import re
 import stat
 from collections.abc import Iterable
 
-from agent.facts import FabricFacts, KmsgRecord, NvSwitchError
-from agent.model import Unknown
+from agent.core.facts import FabricFacts, KmsgRecord, NvSwitchError
+from agent.core.model import Unknown
 from agent.sources.fsroot import FsRoot, LiveFs, read_tail_fd
 from agent.sources.fsroot_recording import RecordingFs
 from agent.sources.fsroot_snapshot import SnapshotFs

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol, TypeVar, overload
 
-from agent.model import Unknown
+from agent.core.model import Unknown
 
 T = TypeVar("T")
 

@@ -22,8 +22,8 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.errors import SnapshotError
-from agent.jsonfile import load_json_file
+from agent.core.errors import SnapshotError
+from agent.io.jsonfile import load_json_file
 from agent.sources import openat2
 from agent.sources.fsroot import MAX_REMEMBERED, LinkResolver, check_absolute, read_fd
 
@@ -109,10 +109,10 @@ def checked_write_path(base: str, shown_base: str, rel: str, name: str, path: st
 def open_write_dir(root_fd: int, rel: str, path: str, *, make: bool,
                    check: Callable[[os.stat_result, str], None]) -> int:
     """The folder `rel` beneath a snapshot folder held as `root_fd`, for a writer: opened once, one
-    component at a time without following links (agent.dirfd.open_dir), missing folders made 0755
+    component at a time without following links (agent.io.dirfd.open_dir), missing folders made 0755
     when `make`. Every later step is relative to the descriptor returned, so a folder swapped for
     a symlink after this redirects nothing (issue 21, 1); a symlink on the way is a RefusedEntry."""
-    from agent import dirfd
+    from agent.io import dirfd
 
     try:
         return dirfd.open_dir(root_fd, rel, check=check, make=0o755 if make else None)[0]

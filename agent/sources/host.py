@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from agent.facts import (
+from agent.core.facts import (
     PCI_ADDRESS_RE,
     PCI_VENDOR_MELLANOX,
     PCI_VENDOR_NVIDIA,
@@ -22,8 +22,8 @@ from agent.facts import (
     NetInterface,
     PciFunction,
 )
-from agent.model import Unknown, Unsupported
-from agent.numbers import MAX_UPTIME_S, finite
+from agent.core.model import Unknown, Unsupported
+from agent.core.numbers import MAX_UPTIME_S, finite
 from agent.sources.fsroot import FsRoot, describe_os_error, link_name, list_dir, read_value
 
 T = TypeVar("T")
@@ -32,7 +32,7 @@ THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 DMI_DIR = "/sys/class/dmi/id"
 DMI_FIELDS = ("sys_vendor", "product_name", "product_family", "bios_vendor", "bios_version",
               "bios_date", "board_vendor", "board_name", "product_sku")
-# The node's identity, bound to the BMC's ComputerSystem UUID/SerialNumber (agent.matching.bind_bmc).
+# The node's identity, bound to the BMC's ComputerSystem UUID/SerialNumber (agent.policy.matching.bind_bmc).
 # Root-only on live systems (0400): unreadable is Unknown, and the BMC is then not taken as this host's.
 DMI_IDENTITY_FIELDS = ("product_uuid", "product_serial")
 EFI_DIR = "/sys/firmware/efi"

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.facts import BmcFacts
-from agent.jsonfile import load_json_bytes
-from agent.model import SourceStatus, Unknown
+from agent.core.facts import BmcFacts
+from agent.core.model import SourceStatus, Unknown
+from agent.io.jsonfile import load_json_bytes
 from agent.sources.ipmi_const import (
     DEFAULT_TIMEOUT_S,
     LOGIN_STEP,

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, BmcVoltage, FirmwareItem
-from agent.model import SourceStatus, Unknown, Unsupported
-from agent.numbers import MAGNITUDE, finite
+from agent.core.facts import BmcFacts, BmcFan, BmcLogEntry, BmcPsu, BmcTemperature, BmcVoltage, FirmwareItem
+from agent.core.model import SourceStatus, Unknown, Unsupported
+from agent.core.numbers import MAGNITUDE, finite
 from agent.sources.ipmi_const import (
     HEALTH_CRITICAL,
     HEALTH_FAILED,

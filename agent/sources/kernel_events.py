@@ -20,9 +20,9 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from agent.facts import KmsgRecord
-from agent.lazyre import lazy_compile
-from agent.model import Severity
+from agent.core.facts import KmsgRecord
+from agent.core.lazyre import lazy_compile
+from agent.core.model import Severity
 from agent.sources.kmsg import boot_start
 
 

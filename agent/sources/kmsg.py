@@ -45,10 +45,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from agent.facts import KmsgRecord
-from agent.lazyre import lazy_compile
-from agent.model import Unknown
-from agent.numbers import MAX_UPTIME_S, finite, sane_time
+from agent.core.facts import KmsgRecord
+from agent.core.lazyre import lazy_compile
+from agent.core.model import Unknown
+from agent.core.numbers import MAX_UPTIME_S, finite, sane_time
 from agent.sources.fsroot import read_tail_fd
 
 KMSG_DEVICE = "/dev/kmsg"

@@ -7,14 +7,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.errors import AuditError, NodewardenError
-from agent.model import SourceStatus, Unknown, Unsupported
+from agent.core.errors import AuditError, NodewardenError
+from agent.core.model import SourceStatus, Unknown, Unsupported
+from agent.policy.polls import HOST as HOST_POLL
+from agent.policy.polls import NVML as NVML_POLL
 from agent.sources.fsroot_snapshot import SnapshotFs
 from agent.sources.source import (
     NOT_IN_SNAPSHOT,
     CaptureOptions,
     NodeView,
-    Poll,
     ReadOptions,
     Recording,
     Source,
@@ -49,7 +50,7 @@ class HostSource(Source):
     facts_field = "host"
     recorded_as = ("host",)
     files = ("fs", LINKS_FILE, ERRORS_FILE)
-    polls = (Poll("host", 60.0, 20.0, "host files (sysctls, sysfs, procfs)"),)
+    polls = (HOST_POLL,)
 
     def captured(self, node: NodeView) -> bool:
         return super().captured(node) and node.fs is not None
@@ -77,7 +78,7 @@ class HostSource(Source):
         return self.absent("not in this snapshot")
 
     def record(self, out: Path, options: CaptureOptions, done: Recording) -> None:
-        from agent.fsutil import create_file  # capture-only: off the audit's import path
+        from agent.io.fsutil import create_file  # capture-only: off the audit's import path
         from agent.sources.fsroot import LiveFs
         from agent.sources.fsroot_recording import RecordingFs
         from agent.sources.host import read_host_facts
@@ -105,7 +106,7 @@ class NvmlSource(Source):
     facts_field = "nvml"
     recorded_as = ("nvml",)
     files = (NVML_FILE,)
-    polls = (Poll("nvml", 15.0, 10.0, "the GPUs over NVML"),)
+    polls = (NVML_POLL,)
 
     def read_live(self, node: NodeView, options: ReadOptions) -> tuple[Any, dict[str, SourceStatus]]:
         from agent.sources.nvml_live import probe_live_nvml  # pynvml only when GPUs are read
@@ -126,7 +127,7 @@ class NvmlSource(Source):
         return Unsupported(NOT_IN_SNAPSHOT)
 
     def record(self, out: Path, options: CaptureOptions, done: Recording) -> None:
-        from agent.fsutil import create_file
+        from agent.io.fsutil import create_file
         from agent.sources import nvml
 
         backend = options.nvml_backend
@@ -184,7 +185,7 @@ class KmsgSource(Source):
         return Unsupported("the snapshot holds no kernel log")
 
     def record(self, out: Path, options: CaptureOptions, done: Recording) -> None:
-        from agent.fsutil import create_file
+        from agent.io.fsutil import create_file
         from agent.sources.kmsg import KMSG_DEVICE, read_live_kmsg
 
         records, raw = read_live_kmsg(options.kmsg_device or KMSG_DEVICE)

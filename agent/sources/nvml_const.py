@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from agent.model import Unknown, Unsupported
+from agent.core.model import Unknown, Unsupported
 
 DEFAULT_TIMEOUT_S = 10.0
 RECORD_FORMAT = "nodewarden.nvml/v1"

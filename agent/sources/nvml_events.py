@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from agent.facts import KmsgRecord, XidEvent
+from agent.core.facts import KmsgRecord, XidEvent
 from agent.sources.nvml_facts import normalize_bus_id
 
 log = logging.getLogger("nodewarden.nvml.events")

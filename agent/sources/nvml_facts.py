@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.facts import GpuFacts, NvmlFacts
-from agent.model import SourceStatus, Unknown, Unsupported
+from agent.core.facts import GpuFacts, NvmlFacts
+from agent.core.model import SourceStatus, Unknown, Unsupported
 from agent.sources.deadline import Cancel, DeadlineExceeded, call_with_deadline
 from agent.sources.nvml_const import (
     COMPUTE_MODES,

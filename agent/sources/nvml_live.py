@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.facts import NvmlFacts
-from agent.model import SourceStatus, Unknown
+from agent.core.facts import NvmlFacts
+from agent.core.model import SourceStatus, Unknown
 from agent.sources.deadline import call_with_deadline
 from agent.sources.nvml_const import DEFAULT_TIMEOUT_S
 from agent.sources.nvml_facts import StaticCache, read_nvml

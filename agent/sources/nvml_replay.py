@@ -17,8 +17,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TypeGuard
 
-from agent.errors import SnapshotError
-from agent.jsonfile import JsonInputError, load_json_file
+from agent.core.errors import SnapshotError
+from agent.io.jsonfile import JsonInputError, load_json_file
 from agent.sources import nvml_const
 from agent.sources.nvml_const import (
     COMPUTE_MODES,
@@ -31,7 +31,7 @@ from agent.sources.nvml_const import (
 )
 from agent.sources.nvml_facts import MAX_GPUS, MAX_PROCESSES
 
-RECORDING_MAX_BYTES = 8 << 20  # of nvml.json read back; an import writes no more (agent.importers.base)
+RECORDING_MAX_BYTES = 8 << 20  # of nvml.json read back; an import writes no more (agent.sources.importers.base)
 
 # GPU-scope field key <-> the call it stands for ("NVML_FI_DEV_POWER_AVERAGE:0" <-> nvmlDeviceGetPowerUsage).
 FIELD_CALLS = {f"{name}:{nvml_const.NVML_POWER_SCOPE_GPU}": call for name, call in GPU_POWER_FIELDS.items()}

@@ -18,8 +18,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 
-from agent.facts import PCI_ADDRESS_RE, AcsControl, IommuFacts, PciFunction, RdmaDevice, parse_kernel_cmdline
-from agent.model import Unknown
+from agent.core.facts import PCI_ADDRESS_RE, AcsControl, IommuFacts, PciFunction, RdmaDevice, parse_kernel_cmdline
+from agent.core.model import Unknown
 from agent.sources.fsroot import FsRoot
 
 PCI_DEVICES = "/sys/bus/pci/devices"

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from agent.facts import PCI_ADDRESS_RE, RdmaDevice, RdmaPort
-from agent.model import Unknown
+from agent.core.facts import PCI_ADDRESS_RE, RdmaDevice, RdmaPort
+from agent.core.model import Unknown
 from agent.sources.fsroot import FsRoot
 
 IB_DIR = "/sys/class/infiniband"

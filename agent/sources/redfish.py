@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.facts import BmcFacts
-from agent.model import SourceStatus, Unknown
+from agent.core.facts import BmcFacts
+from agent.core.model import SourceStatus, Unknown
 from agent.sources.deadline import DeadlineExceeded, call_with_deadline
 from agent.sources.redfish_client import (
     ROOT,

@@ -23,8 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from agent.errors import ConfigError
-from agent.jsonfile import load_json_bytes, load_json_file
+from agent.core.errors import ConfigError
+from agent.io.jsonfile import load_json_bytes, load_json_file
 
 ROOT = "/redfish/v1"
 # Resource paths from the BMC are validated before they become URLs or files.
@@ -418,7 +418,7 @@ class RecordingRedfish:
         self.inner.close()
 
     def write(self, snapshot_dir: Path) -> None:
-        from agent.fsutil import create_file
+        from agent.io.fsutil import create_file
 
         for path, body in sorted(self.answers.items()):  # mockup layout; create_file refuses `..`
             create_file(snapshot_dir, f"{path.strip('/')}/index.json", json.dumps(body, indent=1, sort_keys=True))

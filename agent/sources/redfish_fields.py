@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from agent.numbers import MAGNITUDE, finite, is_number_text
+from agent.core.numbers import MAGNITUDE, finite, is_number_text
 
 ROOT = "/redfish/v1"
 PLACEHOLDER_TEXT = frozenset({"", "n/a", "na", "none", "null", "unknown", "undefined", "not available"})

@@ -14,7 +14,7 @@ which holds each request to what a one-shot audit can afford:
 * the connection pool matches the walk's concurrency (`resize_pool`: the walk sets it), so no
   request in flight waits for, or throws away, a connection;
 * `sent` counts every request that went out (the login's too);
-* a session token a response hands out is registered with agent.log, so no log line shows it.
+* a session token a response hands out is registered with agent.io.log, so no log line shows it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from agent.log import register_secret
+from agent.io.log import register_secret
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # the largest real resource we hold is 340 KB (an iLO 5 event log)
 # JSON objects and arrays per response. Parsed, a small object costs ~10x its text, so this bounds

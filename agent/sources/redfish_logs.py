@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from agent.facts import BmcLogEntry
+from agent.core.facts import BmcLogEntry
 from agent.sources.redfish_fields import Problems, Res
 
 HARDWARE_LOG_IDS = frozenset({"sel", "iml", "event", "events", "eventlog", "lclog", "faultlog", "faultlist",

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from agent.facts import (
+from agent.core.facts import (
     BiosSettings,
     BmcFacts,
     BmcFan,
@@ -28,7 +28,7 @@ from agent.facts import (
     BmcVoltage,
     FirmwareItem,
 )
-from agent.model import Unknown, Unsupported
+from agent.core.model import Unknown, Unsupported
 from agent.sources.bios_registry import EnumRegistry, parse_attribute_registry
 from agent.sources.redfish_fields import ROOT, Problems, Res
 from agent.sources.redfish_logs import entry_types, is_hardware_log, log_entries

@@ -2,7 +2,7 @@
 Thresholds, Status), as OpenBMC (NVIDIA HGX/GH200/GB200 BMCs, many OEM trays), HPE Cray EX and newer
 iDRAC/iLO firmware lay them out, often with no `Thermal`/`Power` at all.
 
-Read into the same facts as the legacy layout (agent.facts_bmc: temperatures with thresholds, fans,
+Read into the same facts as the legacy layout (agent.core.facts_bmc: temperatures with thresholds, fans,
 voltages with thresholds both ways, power), chassis by chassis: where one chassis has both, its
 Sensors win (the newer schema, and the legacy resource is generated from the same sensors on every
 BMC we hold), so nothing is counted twice; a chassis with only the legacy layout keeps it. Fans:
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from agent.facts_bmc import BmcFan, BmcTemperature, BmcVoltage
+from agent.core.facts_bmc import BmcFan, BmcTemperature, BmcVoltage
 from agent.sources.redfish_fields import Problems, Res
 
 # ReadingType -> what it becomes; everything else is "not placed"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.facts import BmcDrive, BmcVolume
+from agent.core.facts import BmcDrive, BmcVolume
 from agent.sources.redfish_fields import PLACEHOLDER_TEXT, Problems, Res
 
 MAX_DRIVES = 512

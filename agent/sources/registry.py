@@ -8,9 +8,10 @@ reports its statuses (`nodewarden_source_up{source=...}`).
 
 from __future__ import annotations
 
+from agent.policy.polls import Poll
 from agent.sources.bmc_source import BmcSource
 from agent.sources.local_sources import HostSource, KmsgSource, NvmlSource
-from agent.sources.source import Poll, Source
+from agent.sources.source import Source
 
 HOST = HostSource()
 KMSG = KmsgSource()

@@ -1,6 +1,6 @@
 """A snapshot directory as the recorded sources read it (DESIGN.md "Snapshot = recorded node").
 
-Below agent/snapshot.py (capture, open, copy), so that the sources it drives can name the type
+Below agent/sources/snapshot.py (capture, open, copy), so that the sources it drives can name the type
 without an import circle.
 """
 

@@ -9,7 +9,7 @@ A `Source` declares, once:
 * the daemon's polls of it (`polls`: name, default interval and timeout) and how the newest poll
   results become facts and statuses (`from_polls`).
 
-`agent.sources.registry` lists them. `agent.engine` decides which to read and reads through them,
+`agent.sources.registry` lists them. `agent.engine.audit` decides which to read and reads through them,
 the daemon makes one poller per `Poll` and judges `from_polls`, `snapshot capture` calls `record`,
 and the importers write the recording files with the sources' own encoders. Nothing here judges.
 """
@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from agent.credentials import BmcOptions
-from agent.model import SourceStatus, Unknown
+from agent.core.model import SourceStatus, Unknown
+from agent.io.credentials import BmcOptions
+from agent.policy.polls import Poll
 
 if TYPE_CHECKING:
     from agent.sources.fsroot import FsRoot, LiveFs
@@ -32,17 +33,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 NOT_IN_SNAPSHOT = "not in snapshot"
 PENDING = "not read yet"  # a configured source whose first poll has not returned yet
-
-
-@dataclass(frozen=True)
-class Poll:
-    """One daemon poller of a source; `name` is its key in the config's `daemon.intervals`/`timeouts`."""
-
-    name: str
-    interval_s: float
-    timeout_s: float
-    what: str  # for the config reference
-    sensors_only: bool = False  # the BMC's frequent poll walks the chassis only
 
 
 @dataclass(frozen=True)
@@ -80,7 +70,7 @@ class PollResult:
 
 
 class NodeView(Protocol):
-    """What a source reads of an opened node (`agent.node.NodeSource` is one)."""
+    """What a source reads of an opened node (`agent.sources.node.NodeSource` is one)."""
 
     @property
     def snapshot(self) -> Snapshot | None: ...
@@ -149,7 +139,7 @@ class Source:
         return {name: SourceStatus(name, ok=False, configured=configured, error=error) for name in self.statuses}
 
     def not_needed(self, why: str) -> dict[str, SourceStatus]:
-        """The statuses of a source the judged node does not need (`agent.engine.needed_sources`).
+        """The statuses of a source the judged node does not need (`agent.engine.audit.needed_sources`).
 
         Not configured, so never a source down: no `nodewarden_source_up` series, `source.available`
         says skip with `why`; `detail.needed` False tells it from a source nobody asked for.

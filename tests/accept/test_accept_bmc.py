@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.accept.bmc import BmcPoller
-from agent.accept.recording import Recording
-from agent.credentials import BmcOptions
+from agent.apps.accept.bmc import BmcPoller
+from agent.core.series import Recording
+from agent.io.credentials import BmcOptions
 from tests.peers.redfish import mockup, sushy_static
 
 

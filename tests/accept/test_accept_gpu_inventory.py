@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.accept.recording import RecordingError, from_json
-from agent.model import Status
+from agent.core.model import Status
+from agent.core.series import RecordingError, from_json
 from checks.accept import gpu_inventory, judge
 from tests.accept.test_accept_judgement import PROFILE, by, gpu, recording
 

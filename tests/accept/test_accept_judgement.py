@@ -7,10 +7,10 @@ import copy
 import shutil
 from pathlib import Path
 
-from agent.accept.html import MAX_POINTS, render_html, thin
-from agent.accept.recording import BmcTrack, GpuTrack, Recording, from_json
-from agent.model import Finding, Status
-from agent.profiles import ProfileStore
+from agent.apps.accept.html import MAX_POINTS, render_html, thin
+from agent.core.model import Finding, Status
+from agent.core.series import BmcTrack, GpuTrack, Recording, from_json
+from agent.policy.profiles import ProfileStore
 from agent.report.model import Report
 from checks import all_checks
 from checks.accept import judge
@@ -154,10 +154,10 @@ def test_accept_checks_are_registered_with_profile_fragments_and_say_nothing_in_
 
 
 def test_xids_from_the_kernel_log_where_nvml_has_no_event_set(tmp_path: Path) -> None:
-    from agent.accept.xid_log import KernelLogXids
-    from agent.config import Config
-    from agent.engine import AuditRequest
-    from agent.node import open_node
+    from agent.apps.accept.xid_log import KernelLogXids
+    from agent.engine.audit import AuditRequest
+    from agent.policy.config import Config
+    from agent.sources.node import open_node
 
     snap = tmp_path / "node"
     snap.mkdir()  # a recorded node's kernel log stands in for /dev/kmsg

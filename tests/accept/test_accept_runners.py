@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.accept.run import AcceptRequest, run_accept
-from agent.accept.runners import CommandLoad, LoadError, TorchLoad, make_runner
-from agent.config import Config
+from agent.apps.accept.run import AcceptRequest, run_accept
+from agent.apps.accept.runners import CommandLoad, LoadError, TorchLoad, make_runner
+from agent.policy.config import Config
 from agent.sources.nvml_live import NvmlSession
 from tests.conftest import REPO
 
@@ -79,7 +79,7 @@ def test_a_command_ignoring_sigterm_is_killed_with_its_group_after_the_grace(tmp
 
 STAND_IN = """
 import sys, time
-from agent.accept.runners import CommandLoad
+from agent.apps.accept.runners import CommandLoad
 load = CommandLoad(sys.argv[1:])
 load.start()
 print(load.proc.pid, flush=True)
@@ -278,7 +278,7 @@ def test_torch_without_torch_is_a_failed_result_not_a_hang(tmp_path: Path) -> No
 
 
 def test_a_run_that_cannot_read_nvml_exits_3_and_withdraws_an_older_pass(tmp_path: Path) -> None:
-    from agent.errors import AuditError
+    from agent.core.errors import AuditError
 
     def no_binding() -> object:
         raise ImportError("No module named 'pynvml'")

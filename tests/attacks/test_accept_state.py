@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from agent.accept.recording import MAX_GPUS, SCHEMA
-from agent.accept.runners import TAIL_LINE_CHARS, CommandLoad
-from agent.accept.store import MAX_RECORDING_BYTES, AcceptStore
-from agent.fsutil import FileSafetyError
+from agent.apps.accept.runners import TAIL_LINE_CHARS, CommandLoad
+from agent.apps.accept.store import MAX_RECORDING_BYTES, AcceptStore
+from agent.core.series import MAX_GPUS, SCHEMA
+from agent.io.fsutil import FileSafetyError
 
 GOOD_GPU: dict[str, Any] = {"uuid": "GPU-1", "index": 0, "series": {"t": [0.0], "power_w": [600.0]}}
 
@@ -80,9 +80,9 @@ def test_a_load_flooding_output_without_newlines_is_bounded(tmp_path: Path, capf
 
 
 def test_an_unusable_state_folder_stops_the_run_before_any_load(tmp_path: Path) -> None:
-    from agent.accept.request import AcceptRequest
-    from agent.accept.run import run_accept
-    from agent.config import Config
+    from agent.apps.accept.request import AcceptRequest
+    from agent.apps.accept.run import run_accept
+    from agent.policy.config import Config
     from agent.sources.nvml_live import NvmlSession
     from tests.conftest import REPO
 

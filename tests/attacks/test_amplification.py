@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import SnapshotError
-from agent.facts import NvmlFacts
-from agent.fleet.prometheus import read_prometheus
-from agent.fleet.records import FleetInputError
-from agent.model import Unknown
+from agent.apps.fleet.prometheus import read_prometheus
+from agent.apps.fleet.records import FleetInputError
+from agent.core.errors import SnapshotError
+from agent.core.facts import NvmlFacts
+from agent.core.model import Unknown
 from agent.sources.nvml_facts import read_nvml
 from agent.sources.nvml_replay import RecordedNvml
 

@@ -27,7 +27,7 @@ _CHILD = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
 from pathlib import Path
-from agent.importers.inputs import Reader
+from agent.sources.importers.inputs import Reader
 entries = []
 for entry in Reader().read_paths([Path(sys.argv[1])]):
     entries.append(entry)  # an archive's error lands on its entry after its members were read

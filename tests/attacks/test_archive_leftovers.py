@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 _CHILD = """
 import sys, time
 from pathlib import Path
-from agent.importers.archive import extract_archive
+from agent.sources.importers.archive import extract_archive
 print(extract_archive(Path(sys.argv[1])), flush=True)
 time.sleep(60)
 """

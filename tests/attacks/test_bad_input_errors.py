@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import SnapshotError
+from agent.core.errors import SnapshotError
 from tests.peers.hostile_redfish import hostile_bmc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,7 +108,7 @@ def test_redact_over_json_nested_200000_deep_is_exit_2_and_writes_nothing(tmp_pa
 
 def test_redact_still_finds_serials_in_json_of_normal_depth(tmp_path: Path) -> None:
     """The iterative walk keeps what the recursive one found: a serial 50 levels down is replaced."""
-    from agent.importers.archive import redact_tree
+    from agent.sources.importers.archive import redact_tree
 
     snap = _snapshot(tmp_path / "snap")
     body = '{"SerialNumber": "SN-TOP-0001", "a": ' + '{"b": ' * 50 + '{"SerialNumber": "SN-DEEP-0002"}' + "}" * 50 + "}"

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from agent.facts import BmcFacts, BmcGpu
-from agent.gpu_family import brand_code, classify
-from agent.importers.nvidia_smi import parse_nvidia_smi
-from agent.matching import identify_bmc, select
-from agent.profiles import ProfileStore
+from agent.core.facts import BmcFacts, BmcGpu
+from agent.core.gpu_family import brand_code, classify
+from agent.policy.matching import identify_bmc, select
+from agent.policy.profiles import ProfileStore
+from agent.sources.importers.nvidia_smi import parse_nvidia_smi
 from tests.conftest import REPO
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agent.model import Unknown
+from agent.core.model import Unknown
 from agent.sources.ipmi import read_ipmi_live, read_ipmi_recorded
 from tests.conftest import RunCli
 from tests.peers.hostile_redfish import hostile_bmc
@@ -219,8 +219,8 @@ def test_a_hostile_ipmi_reading_in_a_recording_is_unknown_with_a_reason(ipmi_sim
 def test_a_non_finite_temperature_in_the_facts_is_unknown_not_a_pass(reading: float) -> None:
     """Defence in depth for facts built elsewhere (the daemon's merges, a future source): NaN >= 87 is
     False, so a NaN reading used to pass as `normal` and reach the report as a NaN token."""
-    from agent.facts import BmcTemperature
-    from agent.profiles import ProfileStore
+    from agent.core.facts import BmcTemperature
+    from agent.policy.profiles import ProfileStore
     from checks.bmc_health import TEMPERATURES
     from tests.test_checks_bmc import healthy_bmc, node
 

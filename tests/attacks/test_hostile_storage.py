@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.facts import BmcFacts
-from agent.model import Status
-from agent.profiles import ProfileStore
+from agent.core.facts import BmcFacts
+from agent.core.model import Status
+from agent.policy.profiles import ProfileStore
 from agent.sources.redfish import RecordedRedfish, read_redfish
 from agent.sources.redfish_storage import TEXT_CHARS
 from agent.sources.redfish_walk import MAX_DRIVES

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from agent.importers.bug_report import host_file
-from agent.importers.kernel_log import KernelLogImporter
+from agent.sources.importers.bug_report import host_file
+from agent.sources.importers.kernel_log import KernelLogImporter
 from agent.sources.kernel_events import parse_kernel_events
 from agent.sources.kmsg import line_grammar, parse_kmsg_text
 from agent.sources.xid import parse_xids

@@ -5,7 +5,7 @@ body as `"Password": "<REDACTED>"ss\\\\word$x"`: the library's mask stops at the
 quote and ours stopped there too. Here the real `nodewarden audit` logs in to a real Redfish peer
 (tests/peers/hostile_redfish.py, session login, token TOKEN) at every verbosity, and no form of the
 password (raw, JSON-escaped, repr'd, URL-encoded) nor any tail of it is in stdout or stderr; and
-agent.log.redact masks secret-keyed values by structure even for secrets it was never told.
+agent.io.log.redact masks secret-keyed values by structure even for secrets it was never told.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agent.log import redact
+from agent.io.log import redact
 from tests.peers.hostile_redfish import TOKEN, hostile_bmc
 from tests.test_hostile_bmc import audit, report_of
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from agent.scheduler.answer import Answer
-from agent.scheduler.settings import HealthSettings
-from agent.scheduler.slurm import act, reason_for
-from agent.scheduler.state import accepted_since, read_state
-from agent.scheduler.trail import MAX_LINE, record
+from agent.apps.scheduler.answer import Answer
+from agent.apps.scheduler.settings import HealthSettings
+from agent.apps.scheduler.slurm import act, reason_for
+from agent.apps.scheduler.state import accepted_since, read_state
+from agent.apps.scheduler.trail import MAX_LINE, record
 
 NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))
 GOOD = {"schema": "nodewarden.health/v1", "verdict": "DRAIN", "gpus": {},
@@ -178,9 +178,9 @@ def test_an_acceptance_result_someone_else_owns_is_ignored(tmp_path: Path) -> No
 def test_the_start_sweep_takes_no_link_and_no_file_of_another_user(tmp_path: Path) -> None:
     """Under the temporary-file name of daemon.json: a symlink to a file that must survive, a file of
     another user, and a folder. The daemon's first write removes only its own old temporary file."""
-    from agent.config import Config
-    from agent.engine import AuditRequest, run_audit
-    from agent.scheduler.state import DaemonStateFile
+    from agent.apps.scheduler.state import DaemonStateFile
+    from agent.engine.audit import AuditRequest, run_audit
+    from agent.policy.config import Config
 
     folder = state_dir(tmp_path, GOOD).joinpath("scheduler")
     victim = tmp_path / "victim"
@@ -207,7 +207,7 @@ def test_a_failing_scontrol_is_said_in_one_line_naming_its_slurm_conf(tmp_path: 
     it read are what an operator acts on."""
     import sys
 
-    from agent.scheduler.slurm_cli import SlurmError, run_bounded
+    from agent.apps.scheduler.slurm_cli import SlurmError, run_bounded
 
     noisy = ("import sys\nfor i in range(6):\n    print(f'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch "
              "error: Unknown host (try {i})', file=sys.stderr)\nsys.exit(1)\n")

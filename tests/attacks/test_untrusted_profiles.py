@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from agent import yamlfile
-from agent.profiles import ProfileFile, build, shipped_profile_dir
-from agent.yamlfile import LineMap
+from agent.io import yamlfile
+from agent.io.yamlfile import LineMap
+from agent.policy.profiles import ProfileFile, build, shipped_profile_dir
 from tests.conftest import RunCli
 
 NOBODY = 65534

@@ -50,7 +50,7 @@ def _give_to_nobody(*folders: Path) -> None:
 def _no_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
     """Switch off the ownership refusal, leaving only the descriptor mechanism under test."""
     for module, name in (("remediations.targets", "check_target_root"), ("remediations.targets", "_refuse_shared"),
-                         ("agent.fsout", "check_folder")):
+                         ("agent.io.fsout", "check_folder")):
         try:
             mod = importlib.import_module(module)
         except ImportError:
@@ -201,7 +201,7 @@ def _race_output(arena: Path, prefix: str, make: Callable[[Path, int], object]) 
 
 def test_capture_out_folder_cannot_be_swapped(arena: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 2: `snapshot capture --out alice/out` while `nobody` (owner of alice/) swaps the temporary folder."""
-    from agent.snapshot import copy_snapshot, open_snapshot
+    from agent.sources.snapshot import copy_snapshot, open_snapshot
 
     _no_refusal(monkeypatch)
     source = open_snapshot(_small_snapshot(arena))
@@ -211,8 +211,8 @@ def test_capture_out_folder_cannot_be_swapped(arena: Path, monkeypatch: pytest.M
 
 def test_archive_out_cannot_be_swapped(arena: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 2: `snapshot capture --out alice/x.tar.gz`: the work folder beside it is swapped."""
-    from agent.importers.archive import capture_archive
-    from agent.snapshot import copy_snapshot, open_snapshot
+    from agent.sources.importers.archive import capture_archive
+    from agent.sources.snapshot import copy_snapshot, open_snapshot
 
     _no_refusal(monkeypatch)
     source = open_snapshot(_small_snapshot(arena))
@@ -222,9 +222,9 @@ def test_archive_out_cannot_be_swapped(arena: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_import_out_folder_cannot_be_swapped(arena: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Item 2: `snapshot import --out` fills its folder through agent.fsutil's write_output_dir."""
-    fsutil = importlib.import_module("agent.fsutil")
-    fsout = importlib.import_module("agent.fsout") if (REPO / "agent/fsout.py").exists() else fsutil
+    """Item 2: `snapshot import --out` fills its folder through agent.io.fsutil's write_output_dir."""
+    fsutil = importlib.import_module("agent.io.fsutil")
+    fsout = importlib.import_module("agent.io.fsout") if (REPO / "agent/io/fsout.py").exists() else fsutil
     create_file = fsutil.create_file
 
     def fill(tmp: Path) -> None:
@@ -252,8 +252,8 @@ def test_capture_refuses_an_out_parent_another_user_owns(run_cli: RunCli, arena:
 _SLOW_CAPTURE = r"""
 import sys, time
 from pathlib import Path
-from agent.snapshot import copy_snapshot, open_snapshot
-import agent.snapshot as snapshot
+from agent.sources.snapshot import copy_snapshot, open_snapshot
+import agent.sources.snapshot as snapshot
 
 real = snapshot._copy_inside
 def slow(*args):

@@ -1,0 +1,1 @@
+"""The daemon: its service loop, pollers and configuration."""

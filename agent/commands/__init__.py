@@ -1,1 +1,0 @@
-"""One module per command group that does not live in agent.cli."""

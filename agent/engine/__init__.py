@@ -1,0 +1,1 @@
+"""Floor 6: the audit and remediation pipelines (above sources, report, checks and remediations)."""
