@@ -57,7 +57,7 @@ def test_every_catalogue_code_has_an_action_and_a_severity() -> None:
     assert {e.action for e in CATALOG.values()} == set(ACTIONS)  # each action is used somewhere
     units = {u.name for u in NVL5_UNITS}
     assert set(NVL5_ROWS) == units and {u.xid for u in NVL5_UNITS} == set(range(144, 151))
-    source = (REPO / "agent" / "xid_catalog.py").read_text(encoding="utf-8")
+    source = (REPO / "agent" / "core" / "xid_catalog.py").read_text(encoding="utf-8")
     assert "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html" in source
 
 
