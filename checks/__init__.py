@@ -47,8 +47,8 @@ class Check:
     # The fact areas its findings come from, which an imported snapshot ties to its input files (a
     # finding's `evidence`): host parts by name (agent.sources.host_parts.HOST_PARTS: "sysctl", "pci", ...),
     # "host" (all of them), "nvml", "kmsg", "redfish", "ipmi" or "ipmi.<part>" (sensors, sel, fru,
-    # device_id, power), "subject" (the finding's subject names the source). Empty: FACT_AREAS
-    # below for the checks written before this field, else what the check's source implies.
+    # device_id, power), "subject" (the finding's subject names the source). Empty: what the
+    # check's source implies (SOURCE_AREAS).
     parts: tuple[str, ...] = ()
 
     @property
@@ -57,7 +57,7 @@ class Check:
 
     @property
     def fact_areas(self) -> tuple[str, ...]:
-        return self.parts or FACT_AREAS.get(self.id) or SOURCE_AREAS.get(self.source, ())
+        return self.parts or SOURCE_AREAS.get(self.source, ())
 
     def evaluator(self, func: Evaluator) -> Evaluator:
         if self.id in _REGISTRY and _REGISTRY[self.id] is not self:
@@ -144,49 +144,10 @@ class Check:
                             reason=expectation.reason if expectation else None)
 
 
-# What a check of each source reads when it declares no `parts` (and is not in FACT_AREAS).
+# What a check of each source reads when it declares no `parts`.
 SOURCE_AREAS: dict[str, tuple[str, ...]] = {
     "host": ("host",), "nvml": ("nvml",), "kmsg": ("kmsg",), "bmc": ("redfish", "ipmi"),
     "redfish": ("redfish",), "ipmi": ("ipmi",), "crosscheck": ("nvml", "redfish", "ipmi"),
-}
-_BMC_SENSORS = ("redfish", "ipmi.sensors")
-# The fact areas of the checks written before `Check.parts` (a new check declares `parts=` instead).
-FACT_AREAS: dict[str, tuple[str, ...]] = {
-    "baseline.drift": ("nvml", "redfish", "ipmi"),
-    "bios.attribute": ("redfish",),
-    "bmc.events": ("redfish", "ipmi.sel"),
-    "bmc.fans": _BMC_SENSORS, "bmc.temperatures": _BMC_SENSORS, "bmc.psu": _BMC_SENSORS,
-    "bmc.leak": ("redfish",), "bmc.switches": ("redfish",),
-    "bmc.firmware": ("redfish", "ipmi.device_id"), "firmware.consistency": ("redfish", "ipmi.device_id"),
-    "crosscheck.gpu_count": ("nvml", "pci", "redfish"),
-    "crosscheck.gpu_health": ("nvml", "redfish"),
-    "crosscheck.gpu_temperature": ("nvml", "redfish", "ipmi.sensors"),
-    "crosscheck.hgx_gpu_health": ("redfish",),
-    "crosscheck.identity": ("dmi", "redfish", "ipmi.fru"),
-    "gpu.firmware.vbios": ("nvml", "redfish"),
-    "gpu.xid": ("kmsg",),
-    "fabric.manager": ("fabric_manager",),
-    "fabric.nvswitch.count": ("pci",),
-    "fabric.sxid": ("kmsg", "fabric_log"),
-    "host.cpu.governor": ("cpu",), "host.cpu.cstates": ("cpu",),
-    "host.driver.version": ("driver",),
-    "host.gpu.pci_count": ("pci",),
-    "host.iommu": ("iommu", "cmdline"),
-    "host.kernel.cmdline": ("cmdline",),
-    "host.modules": ("modules",),
-    "host.numa.affinity": ("pci", "numa", "net"),
-    "host.numa.balancing": ("sysctl",),
-    "host.secureboot": ("secure_boot",),
-    "host.swap": ("swap",),
-    "host.sysctl": ("sysctl",),
-    "host.thp.enabled": ("thp",), "host.thp.defrag": ("thp",),
-    **{f"ib.{name}": ("rdma",) for name in ("firmware", "hca.count", "port.errors", "port.rate", "port.state")},
-    "net.mtu": ("net", "pci"),
-    "pcie.acs": ("pci",),
-    "pcie.link": ("pci", "pci_links"),
-    "profile.match": ("pci", "dmi", "nvml"),
-    "source.available": ("subject",),
-    "topology.gpu_nic": ("pci", "dmi"),
 }
 
 

@@ -23,7 +23,7 @@ from checks._gpu import nvml_gpus, subject
 DRIFT = Check("baseline.drift", "Idle readings against the node's baseline", source="crosscheck",
               action="check_cooling", reads=("bmc",), optional_reads=("nvml",),
               evidence=("idle GPU temperature/power and BMC sensor readings against `baseline record`, GPUs matched "
-                        "by UUID; a busy GPU or no baseline is skip"))
+                        "by UUID; a busy GPU or no baseline is skip"), parts=("nvml", "redfish", "ipmi"))
 
 # (subject suffix, what, unit, profile key, reading now, reading in the baseline)
 GPU_METRICS: tuple[tuple[str, str, str, str, Callable[[GpuFacts], object],

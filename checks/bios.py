@@ -22,7 +22,8 @@ from checks._bmc import bmc_facts, with_source
 
 BIOS = Check("bios.attribute", "BIOS attributes", source="bmc", remediation="bios_attribute", action="reboot",
              evidence=("BIOS Attributes from the BMC against the vendor's expected values; enumerations by the BMC's "
-                       "AttributeRegistry name, else the profile's aliases; an attribute the BIOS lacks is skip"))
+                       "AttributeRegistry name, else the profile's aliases; an attribute the BIOS lacks is skip"),
+             parts=("redfish",))
 
 # Profiles key BIOS attributes by vendor: the names differ completely between them.
 VENDOR_KEYS = {"dell": "Dell", "hpe": "HPE", "hewlett": "HPE", "lenovo": "Lenovo", "supermicro": "Supermicro",

@@ -38,7 +38,7 @@ from checks._bmc import bmc_facts, entry_time, event_window, open_entries, with_
 EVENTS = Check("bmc.events", "BMC log entries", source="bmc", action="check_bmc_events",
                evidence=("unresolved warning/critical entries of hardware event logs (SEL, IML, Event, Lclog, "
                          "FaultLog) in the window or marked open; resolved, undated and BMC syslog/dump entries are "
-                         "not evidence"))
+                         "not evidence"), parts=("redfish", "ipmi.sel"))
 _SEVERITY = {"Critical": Severity.CRITICAL, "Warning": Severity.WARNING}
 # An operator's action the BMC logs at a fault's severity: an HPE drive "status changed to Erasing"
 # (iLO IML 19.20, Event DrvArrPhysDrvErasing) is a secure erase someone started, not a drive failure.

@@ -22,12 +22,12 @@ from checks.bios import bios_vendor
 
 FIRMWARE = Check("bmc.firmware", "Firmware versions", source="bmc", action="update_firmware",
                  evidence=("FirmwareInventory versions against the profile's `version_min`, vendor formats parsed; an"
-                           " absent or 0 minimum means no minimum"))
+                           " absent or 0 minimum means no minimum"), parts=("redfish", "ipmi.device_id"))
 CONSISTENCY = Check("firmware.consistency", "One firmware version per component model", source="bmc",
                     action="update_firmware",
                     evidence=("FirmwareInventory items grouped by what they are (kind and model from Name, "
                               "Description, SoftwareId, RelatedItem), never by positional id; one version per group; "
-                              "GPU VBIOS is gpu.firmware.vbios's"))
+                              "GPU VBIOS is gpu.firmware.vbios's"), parts=("redfish", "ipmi.device_id"))
 
 def is_gpu_vbios_image(item: FirmwareItem) -> bool:
     """Whether an inventory entry is a GPU's VBIOS, which gpu.firmware.vbios judges (not this module)."""

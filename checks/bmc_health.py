@@ -33,17 +33,20 @@ ROLLUP = Check("bmc.health_rollup", "BMC system health rollup", source="bmc", ac
                          "members that explain it"))
 PSU = Check("bmc.psu", "Power supplies and redundancy", source="bmc", action="replace_psu",
             evidence=("PSU Status.Health and redundancy sets; StandbyOffline/StandbySpare is standby, a PSU with no "
-                      "Status and no readings is a placeholder"))
+                      "Status and no readings is a placeholder"), parts=("redfish", "ipmi.sensors"))
 FANS = Check("bmc.fans", "Fans", source="bmc", action="replace_fan",
              evidence=("fans the BMC reports Enabled with a reading or a Status; Absent/offline fans and entries with"
-                       " neither are placeholders (skip)"))
+                       " neither are placeholders (skip)"), parts=("redfish", "ipmi.sensors"))
 TEMPERATURES = Check("bmc.temperatures", "BMC temperature sensors", source="bmc", action="check_cooling",
                      evidence=("Enabled sensors with a reading against their own non-placeholder thresholds; "
-                               "Absent/Disabled/offline, null readings and thresholds <= 0 C are not compared"))
+                               "Absent/Disabled/offline, null readings and thresholds <= 0 C are not compared"),
+                     parts=("redfish", "ipmi.sensors"))
 LEAK = Check("bmc.leak", "Liquid leak detectors", source="bmc", action="drain",
-             evidence="leak detectors the BMC reports present with a state; absent detectors are not evidence")
+             evidence="leak detectors the BMC reports present with a state; absent detectors are not evidence",
+             parts=("redfish",))
 SWITCHES = Check("bmc.switches", "Fabric switches (NVSwitch) health", source="bmc", action="reset_fabric",
-                 evidence="NVSwitch/fabric switch Status.Health from the BMC; switches with no Status are placeholders")
+                 evidence="NVSwitch/fabric switch Status.Health from the BMC; switches with no Status are placeholders",
+                 parts=("redfish",))
 
 
 @REACHABLE.evaluator

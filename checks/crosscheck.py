@@ -15,17 +15,18 @@ from checks._gpu import pci_without_gpus
 
 COUNT = Check("crosscheck.gpu_count", "GPU count: BMC vs NVML vs PCI", source="crosscheck", action="contact_support",
               evidence=("GPU counts from a BMC bound to this host vs NVML vs PCI; a remote or unbound BMC is never "
-                        "compared"))
+                        "compared"), parts=("nvml", "pci", "redfish"))
 TEMPERATURE = Check("crosscheck.gpu_temperature", "GPU temperature: BMC vs NVML", source="crosscheck",
                     action="check_bmc_sensors",
                     evidence=("the bound BMC's GPU temperature vs NVML's for the same GPU, beyond the profile's "
-                              "tolerance"))
+                              "tolerance"), parts=("nvml", "redfish", "ipmi.sensors"))
 HEALTH = Check("crosscheck.gpu_health", "GPU health: BMC vs NVML", source="crosscheck", action="reset_gpu",
-               evidence="a GPU the bound BMC reports Warning/Critical while NVML sees it healthy (or the reverse)")
+               evidence="a GPU the bound BMC reports Warning/Critical while NVML sees it healthy (or the reverse)",
+               parts=("nvml", "redfish"))
 IDENTITY = Check("crosscheck.identity", "BMC bound to this host (Redfish UUID/serial vs DMI)", source="crosscheck",
                  action="check_bmc_address", reads=("bmc",),
                  evidence=("Redfish ComputerSystem UUID/serial vs DMI product_uuid/serial; no host identity means the"
-                           " BMC is not compared"))
+                           " BMC is not compared"), parts=("dmi", "redfish", "ipmi.fru"))
 
 
 def _configured_bmc(facts: NodeFacts) -> bool:

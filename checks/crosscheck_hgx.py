@@ -27,7 +27,7 @@ from checks import Check
 HGX_HEALTH = Check("crosscheck.hgx_gpu_health", "GPU health: HGX baseboard vs host system (BMC)", source="bmc",
                    action="check_bmc_events",
                    evidence=("the HGX baseboard's and the host system's view of the same GPU (paired by serial, UUID,"
-                             " then position) disagreeing on InTest/Warning/Critical"))
+                             " then position) disagreeing on InTest/Warning/Critical"), parts=("redfish",))
 
 BAD_HEALTH = ("Warning", "Critical")
 NOT_JUDGING = ("Absent", "Disabled", "UnavailableOffline", "StandbyOffline")  # the view does not see the GPU

@@ -33,12 +33,13 @@ from checks._gpu import not_judged_on_partial_view, partial_view, pci_without_gp
 
 MANAGER = Check("fabric.manager", "Fabric Manager service", source="host", action="start_fabric_manager",
                 evidence=("nvidia-fabricmanager's systemd cgroup (or a process) on NVSwitch systems; on a partial "
-                          "view of the board a non-pass is skip"))
+                          "view of the board a non-pass is skip"), parts=("fabric_manager",))
 NVSWITCH_COUNT = Check("fabric.nvswitch.count", "NVSwitches on PCI", source="host", action="contact_support",
-                       evidence="NVSwitch PCI functions against the board's count; a partial view is skip")
+                       evidence="NVSwitch PCI functions against the board's count; a partial view is skip",
+                       parts=("pci",))
 SXID = Check("fabric.sxid", "NVSwitch errors (SXid)", source="kmsg",  # action per finding: fatal or not
              evidence=("SXid records of this boot's kernel log and the tail of Fabric Manager's log, decoded "
-                       "fatal or non-fatal"))
+                       "fatal or non-fatal"), parts=("kmsg", "fabric_log"))
 
 START_FM = "start nvidia-fabricmanager: without it NVLink P2P across the NVSwitch fabric is down"
 TZ_SLACK = dt.timedelta(hours=14)  # Fabric Manager logs local time; no zone is more than 14 h from UTC

@@ -27,7 +27,8 @@ from checks._gpu import driver_within_branch, gpu_vbios_image, nvml_gpus, per_gp
 VBIOS = Check("gpu.firmware.vbios", "GPU VBIOS version", source="crosscheck", action="update_firmware",
               reads=("nvml", "bmc"),
               evidence=("each GPU's VBIOS vs the profile's minimum and vs the other GPUs of its model (the odd ones "
-                        "named), from NVML, else from the BMC's GPU Processors or firmware inventory"))
+                        "named), from NVML, else from the BMC's GPU Processors or firmware inventory"),
+              parts=("nvml", "redfish"))
 INFOROM = Check("gpu.inforom", "GPU InfoROM", source="nvml", action="contact_support",
                 evidence="NVML InfoROM image version and its validity check")
 DRIVER = Check("gpu.driver", "NVIDIA driver as NVML reports it", source="nvml", action="upgrade_driver",

@@ -38,7 +38,7 @@ UNTIMED_NOTE = "the log carries no time stamps: what dmesg holds, the current bo
 
 XID = Check("gpu.xid", "Xid errors since boot", source="kmsg",
             evidence=("Xid records of this boot's kernel log mapped through NVIDIA's catalogue; application Xids "
-                      "never fail an audit"))
+                      "never fail an audit"), parts=("kmsg",))
 XidInfo = Verdict  # what one Xid asks of the operator (description, severity, action, bucket)
 
 

@@ -9,14 +9,14 @@ from checks import Check, expectation_schema
 
 GOVERNOR = Check("host.cpu.governor", "CPU frequency governor", source="host", remediation="cpu_governor",
                  expect_path=("cpu", "governor"), schema=expectation_schema(),
-                 evidence="every online CPU's cpufreq scaling_governor; a mix names the CPUs")
+                 evidence="every online CPU's cpufreq scaling_governor; a mix names the CPUs", parts=("cpu",))
 OFFLINE = Check("host.cpu.offline", "CPUs offline", source="host",
                 evidence="/sys/devices/system/cpu/offline, and smt/control where SMT was switched off")
 SMT_OFF = ("off", "forceoff")
 CSTATES = Check("host.cpu.cstates", "CPU idle states", source="host", expect_path=("cpu", "cstates"),
                 schema=expectation_schema("Compared with the exit latency (us) of the deepest idle state "
                                           "enabled on any online CPU."),
-                evidence="exit latency (us) of the deepest cpuidle state enabled on any online CPU")
+                evidence="exit latency (us) of the deepest cpuidle state enabled on any online CPU", parts=("cpu",))
 
 
 def cpu_ranges(cpus: tuple[int, ...]) -> str:

@@ -12,7 +12,7 @@ DRIVER = Check("host.driver.version", "NVIDIA driver version", source="host", ac
                expect_path=("driver", "version"),
                schema=expectation_schema("NVIDIA kernel module version from /proc/driver/nvidia/version; "
                                          "version_min plus an optional one_of pin."),
-               evidence="the loaded NVIDIA kernel module, /proc/driver/nvidia/version")
+               evidence="the loaded NVIDIA kernel module, /proc/driver/nvidia/version", parts=("driver",))
 
 
 @DRIVER.evaluator

@@ -16,7 +16,7 @@ from checks._gpu import pci_without_gpus
 PCI_COUNT = Check("host.gpu.pci_count", "GPUs on PCI", source="host", action="contact_support",
                   expect_path=("gpu_pci", "count"),
                   schema=expectation_schema("NVIDIA display/3D functions on PCI, independent of the driver."),
-                  evidence="NVIDIA display/3D functions in /sys/bus/pci, independent of NVML")
+                  evidence="NVIDIA display/3D functions in /sys/bus/pci, independent of NVML", parts=("pci",))
 
 
 @PCI_COUNT.evaluator

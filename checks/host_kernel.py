@@ -11,7 +11,7 @@ CMDLINE = Check("host.kernel.cmdline", "Kernel command line", source="host", act
                 expect_path=("kernel_cmdline",),
                 schema=keyed_schema("Kernel parameter -> expectation on its value ('present' for a bare flag).",
                                     r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"),
-                evidence="/proc/cmdline values (present for a bare flag, absent when missing)")
+                evidence="/proc/cmdline values (present for a bare flag, absent when missing)", parts=("cmdline",))
 
 
 @CMDLINE.evaluator

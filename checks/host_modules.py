@@ -9,7 +9,7 @@ from checks import Check, keyed_schema
 
 MODULES = Check("host.modules", "Kernel modules", source="host", action="load_module", expect_path=("modules",),
                 schema=keyed_schema("Kernel module -> expectation on 'loaded' | 'absent'.", r"^[a-z0-9_]+$"),
-                evidence="loaded or absent in /proc/modules")
+                evidence="loaded or absent in /proc/modules", parts=("modules",))
 
 
 @MODULES.evaluator

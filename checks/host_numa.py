@@ -9,12 +9,12 @@ from checks import Check, expectation_schema
 
 BALANCING = Check("host.numa.balancing", "Automatic NUMA balancing", source="host", remediation="sysctl",
                   expect_path=("numa", "balancing"), schema=expectation_schema("kernel.numa_balancing"),
-                  evidence="the sysctl kernel.numa_balancing")
+                  evidence="the sysctl kernel.numa_balancing", parts=("sysctl",))
 AFFINITY = Check("host.numa.affinity", "GPU and RDMA NIC NUMA pairing", source="host",
                  expect_path=("numa", "affinity"), schema=expectation_schema(
                      "Per GPU: 'local' (an RDMA NIC on its NUMA node), 'no-local-rdma-nic', or "
                      "'firmware-unknown' (numa_node -1 on a multi-node host)."),
-                 evidence="each GPU's NUMA node (sysfs numa_node) against the RDMA NICs'")
+                 evidence="each GPU's NUMA node (sysfs numa_node) against the RDMA NICs'", parts=("pci", "numa", "net"))
 
 
 @BALANCING.evaluator

@@ -9,7 +9,7 @@ from checks import Check, expectation_schema
 
 SECUREBOOT = Check("host.secureboot", "UEFI Secure Boot", source="host", expect_path=("secure_boot",),
                    schema=expectation_schema("enabled | disabled | unsupported"),
-                   evidence="the SecureBoot variable in efivarfs (unsupported: legacy boot)")
+                   evidence="the SecureBoot variable in efivarfs (unsupported: legacy boot)", parts=("secure_boot",))
 
 
 @SECUREBOOT.evaluator

@@ -10,7 +10,8 @@ from checks import Check, expectation_schema
 SWAP = Check("host.swap", "Swap", source="host", action="disable_swap", expect_path=("swap", "total_kb"),
              schema=expectation_schema("KiB of active swap (the Size column of /proc/swaps summed); "
                                        "max: 0 asks for swap off."),
-             evidence="the Size of every active swap area in /proc/swaps, summed (header only: swap off)")
+             evidence="the Size of every active swap area in /proc/swaps, summed (header only: swap off)",
+             parts=("swap",))
 
 
 @SWAP.evaluator

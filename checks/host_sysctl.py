@@ -10,7 +10,8 @@ from checks import Check, keyed_schema
 SYSCTL = Check("host.sysctl", "Kernel sysctl values", source="host", remediation="sysctl",
                expect_path=("sysctl",), evidence="/proc/sys values against expect.sysctl, one finding per key",
                schema=keyed_schema("Sysctl key (dotted, as sysctl(8) prints it) -> expectation. "
-                                   "THP is NOT a sysctl: use thp.", r"^[a-z0-9_]+(\.[A-Za-z0-9_:@/-]+)+$"))
+                                   "THP is NOT a sysctl: use thp.", r"^[a-z0-9_]+(\.[A-Za-z0-9_:@/-]+)+$"),
+               parts=("sysctl",))
 
 
 @SYSCTL.evaluator

@@ -9,10 +9,10 @@ from checks import Check, expectation_schema
 
 THP_ENABLED = Check("host.thp.enabled", "Transparent hugepages mode", source="host", remediation="thp",
                     expect_path=("thp", "enabled"), schema=expectation_schema(),
-                    evidence="the bracketed choice in /sys/kernel/mm/transparent_hugepage/enabled")
+                    evidence="the bracketed choice in /sys/kernel/mm/transparent_hugepage/enabled", parts=("thp",))
 THP_DEFRAG = Check("host.thp.defrag", "Transparent hugepages defrag", source="host", remediation="thp",
                    expect_path=("thp", "defrag"), schema=expectation_schema(),
-                   evidence="the bracketed choice in /sys/kernel/mm/transparent_hugepage/defrag")
+                   evidence="the bracketed choice in /sys/kernel/mm/transparent_hugepage/defrag", parts=("thp",))
 
 
 @THP_ENABLED.evaluator

@@ -25,17 +25,18 @@ from checks._rails import FIRMWARE_MAJOR, hca_kind, kind_label, matches_types
 
 HCA_COUNT = Check("ib.hca.count", "RDMA rail HCAs present", source="host", action="contact_support",
                   evidence=("rail HCAs (the profile's hca_types families) in /sys/class/infiniband; a partial view is"
-                            " skip"))
+                            " skip"), parts=("rdma",))
 PORT_STATE = Check("ib.port.state", "RDMA port state", source="host", action="check_link",
                    evidence=("each rail port's state/phys_state; without a profile rule, a port down beside two or "
-                             "more active ports of its HCA type"))
+                             "more active ports of its HCA type"), parts=("rdma",))
 PORT_RATE = Check("ib.port.rate", "RDMA port rate", source="host", action="check_link",
-                  evidence="each rail port's rate in Gb/s against the profile")
+                  evidence="each rail port's rate in Gb/s against the profile", parts=("rdma",))
 PORT_ERRORS = Check("ib.port.errors", "RDMA port error counters", source="host", action="check_link",
                     evidence=("IB PortCounters error fields per port; a counter at its width's maximum counts as at "
-                              "least that"))
+                              "least that"), parts=("rdma",))
 FIRMWARE = Check("ib.firmware", "HCA firmware", source="host", action="update_firmware",
-                 evidence="each HCA's fw_ver against the profile's minimum per family, and one version per HCA type")
+                 evidence="each HCA's fw_ver against the profile's minimum per family, and one version per HCA type",
+                 parts=("rdma",))
 
 # Widths of the IB PortCounters error fields (IBA 1.4, 16.1.3.5): a field stops at its
 # maximum ("saturates") instead of wrapping, so a counter at its maximum is a lower bound: it fails

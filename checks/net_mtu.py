@@ -12,7 +12,8 @@ from agent.policy.profiles import Profile
 from checks import Check
 
 MTU = Check("net.mtu", "Interface MTU", source="host", remediation="mtu",
-            evidence="sysfs MTU of the interfaces a profile rule selects (by driver, name or PCI id)")
+            evidence="sysfs MTU of the interfaces a profile rule selects (by driver, name or PCI id)",
+            parts=("net", "pci"))
 
 
 def rule_matches(rule: Mapping[str, Any], iface: NetInterface, pci_ids: Mapping[str, str]) -> bool:

@@ -16,11 +16,13 @@ from agent.sources.pcie import peer_bridges
 from checks import Check
 
 LINK = Check("pcie.link", "PCIe link of NICs, NVSwitches and NVMe", source="host", action="reseat",
-             evidence="sysfs current vs max link speed/width of the device classes the profile names")
+             evidence="sysfs current vs max link speed/width of the device classes the profile names",
+             parts=("pci", "pci_links"))
 ACS = Check("pcie.acs", "ACS on GPU <-> NIC peer paths", source="host", remediation="acs", action="disable_acs",
-            evidence="ACS control bits on switch ports in GPU<->NIC peer paths, from config space in sysfs")
+            evidence="ACS control bits on switch ports in GPU<->NIC peer paths, from config space in sysfs",
+            parts=("pci",))
 IOMMU = Check("host.iommu", "IOMMU mode", source="host", action="fix_kernel_cmdline",
-              evidence="the kernel's IOMMU mode from /sys/class/iommu and /proc/cmdline")
+              evidence="the kernel's IOMMU mode from /sys/class/iommu and /proc/cmdline", parts=("iommu", "cmdline"))
 
 
 def _speed(text: str | None) -> float | None:

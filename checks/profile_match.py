@@ -14,7 +14,7 @@ from checks import Check
 
 PROFILE_MATCH = Check("profile.match", "Profile selection", source="host",
                       evidence=("the DMI/BMC/PCI facts that selected the profile; a fallback to the generic profile "
-                                "warns"))
+                                "warns"), parts=("pci", "dmi", "nvml"))
 
 
 @PROFILE_MATCH.evaluator

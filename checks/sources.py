@@ -13,7 +13,7 @@ from checks import Check
 
 SOURCE = Check("source.available", "Data sources", source="host",
                evidence=("each configured or implied source answered; one that did not is the reason its checks are "
-                         "unknown"))
+                         "unknown"), parts=("subject",))
 
 _DEFAULT_SEVERITY = {"host": Severity.CRITICAL, "nvml": Severity.CRITICAL, "kmsg": Severity.WARNING}
 

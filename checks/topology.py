@@ -23,7 +23,7 @@ from checks.ib import rails_of
 
 GPU_NIC = Check("topology.gpu_nic", "GPU to RDMA NIC PCIe distance", source="host", action="check_cabling",
                 evidence=("the PCIe path from each GPU to its rail NIC (same switch, same root, or across the CPU); a"
-                          " VM's flattened topology is skip"))
+                          " VM's flattened topology is skip"), parts=("pci", "dmi"))
 
 
 @GPU_NIC.evaluator

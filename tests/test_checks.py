@@ -264,3 +264,17 @@ def test_source_available_statuses() -> None:
     assert results["redfish"].status is Status.SKIP
     no_gpus = node(host(pci=()), sources=sources)
     assert by_subject(SOURCE.run(no_gpus, profile({})))["nvml"].status is Status.WARN
+
+
+def test_each_check_names_its_fact_areas_itself() -> None:
+    """Issue 32.4: no table keyed by check id beside the registry (the old FACT_AREAS): a check's `parts`
+    say what it reads, or its source does; every name is one an imported snapshot knows."""
+    import checks
+    from agent.sources.host_parts import HOST_PARTS
+
+    assert not hasattr(checks, "FACT_AREAS")
+    known = {*HOST_PARTS, "host", "nvml", "kmsg", "redfish", "ipmi", "subject",
+             *(f"ipmi.{part}" for part in ("sensors", "sel", "fru", "device_id", "power"))}
+    unknown = {c.id: sorted(set(c.fact_areas) - known) for c in all_checks() if set(c.fact_areas) - known}
+    assert unknown == {}
+    assert next(c for c in all_checks() if c.id == "host.sysctl").fact_areas == ("sysctl",)  # moved, not lost
