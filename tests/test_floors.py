@@ -27,11 +27,8 @@ FLOORS: dict[str, int] = {
 }
 ROOT_ENTRIES = {"__init__.py", "__main__.py", "__pycache__", *(f.split(".")[1] for f in FLOORS if f.startswith("agent."))}
 CLI = "agent.apps.cli"
-# Edges that break the map today, each with what removes it (issue 32): none may be added.
-KNOWN: dict[tuple[str, str], str] = {
-    ("agent.apps.daemon.service", "agent.apps.scheduler.metrics"):
-        "the gate's state files (agent.apps.scheduler.state) move under agent.state, their one owner",
-}
+# Edges that break the map, each with what removes it (issue 32): none left; none may be added.
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def floor_of(module: str) -> str | None:

@@ -308,8 +308,10 @@ def daemon(state: State, /, simulate: str | None, snapshot: Path | None, config_
     settings = daemon_settings(config, listen)
     request = AuditRequest(config=config, simulate=simulate, snapshot=snapshot, profile=profile,
                            bmc=bmc_options(config, bmc))
+    from agent.apps.scheduler.metrics import DaemonGate  # the CLI wires the gate in: one app never imports another
+
     runner = Daemon(request, settings, config_path, listen, lambda cfg: bmc_options(cfg, bmc),
-                    state_dir=config.state_dir if state_dir is not None else None)
+                    state_dir=config.state_dir if state_dir is not None else None, gate=DaemonGate)
     sys.exit(runner.run())
 
 

@@ -44,8 +44,8 @@ from agent.apps.daemon.config import (
     replay_state_dir,
     with_waivers,
 )
+from agent.apps.daemon.gate import Gate, NoGate
 from agent.apps.daemon.poller import SourcePoller
-from agent.apps.scheduler.metrics import DaemonGate, DecisionMetrics
 from agent.core.errors import NodewardenError
 from agent.core.facts import Baseline, BmcFacts, HostFacts, KmsgRecord, NvmlFacts
 from agent.core.model import SourceStatus, Status, Unknown, Unsupported
@@ -90,7 +90,8 @@ def _failure(result: PollResult) -> list[tuple[str, bool, str | None]]:
 class Daemon:
     def __init__(self, request: AuditRequest, settings: DaemonSettings, config_path: Path | None,
                  listen_override: str | None, cli_bmc: Callable[[Config], BmcOptions], *,
-                 state_dir: Path | None = None) -> None:
+                 state_dir: Path | None = None,
+                 gate: Callable[[Path, dict[str, float]], Gate] = NoGate) -> None:
         self._config_path, self._listen_override, self._cli_bmc = config_path, listen_override, cli_bmc
         self._state_dir = state_dir  # --state-dir (or a replay's own folder): kept over every reload
         self.node: NodeSource = open_node(request)
@@ -124,7 +125,7 @@ class Daemon:
         self.kmsg = self._make_follower()
         self._last_published: dict[str, float] = {}
         self._confirmed_at = 0.0  # when the facts were last judged or last confirmed unchanged
-        self._gate = DaemonGate(request.config.state_dir, settings.intervals)  # health-check's state file, metrics
+        self._gate: Gate = gate(request.config.state_dir, settings.intervals)  # health-check's state file, metrics
         self.server = MetricsServer(settings.server, lambda: self._body, self._freshness)
 
     @property
@@ -450,15 +451,13 @@ class Daemon:
     def _follow_gate(self) -> None:
         """health-check reads the state file where the config now says: write it there from now on.
         The old one is left (another reader may hold it); it goes stale, which health-check handles."""
-        writer = self._gate.state_file
+        writer = self._gate
         was = writer.state_dir
         if writer.follow(self.request.config.state_dir, self.settings.intervals):
             log.info("health-check state file: %s, fresh for %g s (was under %s)", writer.state_dir / "scheduler",
                      writer.fresh_for_s, was, extra={"fields": {"event": "state_file", "was": str(was),
                                                                 "state_dir": str(writer.state_dir),
                                                                 "fresh_for_s": writer.fresh_for_s}})
-            if writer.state_dir != was:  # health-check leaves its decisions where it reads the state file
-                self._gate.decisions = DecisionMetrics(writer.state_dir)  # one assignment, seen whole by scrapes
 
     def _watched_files(self) -> bool:
         """Whether the waivers file, or the file a failed reload named, changed since last asked."""
@@ -488,7 +487,7 @@ class Daemon:
         host, port = self.server.address
         log.info("serving metrics on %s://%s:%d/metrics", "https" if self.settings.server.tls_cert else "http",
                  host, port, extra={"fields": {"event": "listening", "host": host, "port": port}})
-        where = self._gate.state_file.state_dir
+        where = self._gate.state_dir
         replay = self.request.snapshot is not None or self.request.simulate is not None
         log.info("health-check state file under %s%s", where, " (a recorded node's: kept out of the system state "
                  "folder)" if replay and not is_system_state_dir(where) else "",

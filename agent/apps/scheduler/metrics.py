@@ -48,12 +48,29 @@ class DecisionMetrics:
 
 
 class DaemonGate:
-    """All the daemon holds for issue 24 (a few lines in agent.apps.daemon.service): the state file it writes and
-    the decision it exports."""
+    """All the daemon holds of the scheduler gate (issue 24): the state file it writes for health-check and the
+    decision it exports. The CLI hands it to the daemon (agent.apps.daemon.service.Gate): one app never
+    imports another (issue 32)."""
 
     def __init__(self, state_dir: Path, poll_intervals: dict[str, float]) -> None:
         self.state_file = DaemonStateFile(state_dir, poll_intervals)
         self.decisions = DecisionMetrics(state_dir)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.state_file.state_dir
+
+    @property
+    def fresh_for_s(self) -> float:
+        return self.state_file.fresh_for_s
+
+    def follow(self, state_dir: Path, poll_intervals: dict[str, float]) -> bool:
+        """Write where the config now says (a reload); health-check leaves its decisions there too."""
+        was = self.state_file.state_dir
+        moved = self.state_file.follow(state_dir, poll_intervals)
+        if moved and self.state_file.state_dir != was:
+            self.decisions = DecisionMetrics(self.state_file.state_dir)  # one assignment, seen whole by scrapes
+        return moved
 
     def update(self, report: Report | None, confirmed_at: float, last_read: dict[str, float]) -> None:
         self.state_file.update(report, confirmed_at, last_read)
