@@ -20,9 +20,12 @@ from typing import Any
 from agent.core.expect import AtLeast, Expectation, saturated
 from agent.core.facts import NodeFacts
 from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
+from agent.core.series import AcceptanceRun
 from agent.policy.profiles import Profile
 
 Evaluator = Callable[[NodeFacts, Profile], list[Finding]]
+SeriesEvaluator = Callable[[AcceptanceRun, Profile], list[Finding]]
+INPUTS = ("facts", "series")  # a node's facts (an audit, the daemon), an acceptance run's series (accept)
 
 _REGISTRY: dict[str, Check] = {}
 
@@ -50,6 +53,10 @@ class Check:
     # device_id, power), "subject" (the finding's subject names the source). Empty: what the
     # check's source implies (SOURCE_AREAS).
     parts: tuple[str, ...] = ()
+    # What its evaluator judges (issue 32.3): "facts" (`evaluator`, run by audits and the daemon) or
+    # "series" (`series_evaluator`, an acceptance run: run by `nodewarden accept`, never by an audit).
+    input: str = "facts"
+    evaluate_series: SeriesEvaluator | None = field(default=None, repr=False)
 
     @property
     def area(self) -> str:
@@ -66,10 +73,25 @@ class Check:
         _REGISTRY[self.id] = self
         return func
 
+    def series_evaluator(self, fn: SeriesEvaluator) -> SeriesEvaluator:
+        """Register what judges an acceptance run's series; the check's input is then "series"."""
+        if self.id in _REGISTRY and _REGISTRY[self.id] is not self:
+            raise RuntimeError(f"duplicate check id {self.id}")
+        self.input, self.evaluate_series = "series", fn
+        _REGISTRY[self.id] = self
+        return fn
+
     def run(self, facts: NodeFacts, profile: Profile) -> list[Finding]:
+        if self.input != "facts":
+            raise RuntimeError(f"check {self.id} judges an acceptance run's series (run_series), not a node's facts")
         if self.evaluate is None:
             raise RuntimeError(f"check {self.id} has no evaluator")
         return self.evaluate(facts, profile)
+
+    def run_series(self, run: AcceptanceRun, profile: Profile) -> list[Finding]:
+        if self.evaluate_series is None:
+            raise RuntimeError(f"check {self.id} judges a node's facts (run), not an acceptance run's series")
+        return self.evaluate_series(run, profile)
 
     def finding(self, subject: str, status: Status, severity: Severity, message: str, *,
                 observed: Any = None, expected: Any = None, reason: str | None = None,

@@ -1,22 +1,23 @@
 """accept.*: judgement of an acceptance run under full load (`nodewarden accept`), over its recording.
 
-These checks judge the recorded series (agent.core.series), not one reading, so an audit has
-nothing for them (their evaluators return no finding) and `judge` is what `nodewarden accept`
-calls. They are registered like every check so waivers, `--only`, the README table and the profile
-schema treat them alike. Each threshold sits in the profile (`expect.accept.*`) with its source.
+These checks judge the recorded series (agent.core.series), not one reading: each is a `Check` whose
+input is "series" (issue 32.3), run by `nodewarden accept` through the registry and never by an audit.
+They are registered like every check so waivers, `--only`, the README table and the profile schema
+treat them alike. Each threshold sits in the profile (`expect.accept.*`) with its source.
 A critical finding needs positive evidence: a fault reason NVML set, a counter that moved, an Xid
 event, NVML saying the GPU is lost. A missing reading is `skip` or `unknown`, never `fail`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agent.core.expect import Expectation
-from agent.core.facts import NodeFacts
 from agent.core.model import Finding, Severity, Status
 from agent.core.series import (
     FORBIDDEN_EVENTS,
+    AcceptanceRun,
     GpuTrack,
     Recording,
     Steady,
@@ -28,16 +29,10 @@ from agent.policy.profiles import Profile
 from checks import Check, expectation_schema
 
 
-def _no_recording(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    return []  # an audit reads one moment: acceptance is judged by `nodewarden accept` over its run
-
-
 def _check(id_: str, title: str, key: str, what: str, evidence: str, action: str | None = None,
            source: str = "nvml") -> Check:
-    check = Check(id_, title, source=source, action=action, expect_path=("accept", key),
-                  schema=expectation_schema(what), evidence=evidence)
-    check.evaluator(_no_recording)
-    return check
+    return Check(id_, title, source=source, action=action, expect_path=("accept", key),
+                 schema=expectation_schema(what), evidence=evidence, input="series")
 
 
 LOAD = _check("accept.load", "Load reached and held", "load_utilization_pct",
@@ -82,8 +77,7 @@ GPU_LOST = Check("accept.gpu.lost", "Every GPU the node has was read from start 
                  action="drain",
                  evidence="NVML's device count and each GPU's reads at the start, every sample and the end; the NVIDIA "
                           "GPUs on PCI by address at the start and the end; the board's GPU count from the profile "
-                          "where the evidence shows the whole board")
-GPU_LOST.evaluator(_no_recording)
+                          "where the evidence shows the whole board", input="series")
 
 
 def _exp(profile: Profile, key: str) -> Expectation | None:
@@ -94,23 +88,94 @@ def _pct(value: float) -> str:
     return f"{value:.0%}"
 
 
+# The order a person reads an acceptance report in: did the load run, is every GPU there, new errors,
+# then each GPU's power, clocks and temperatures, then the node-wide comparisons.
+READING_ORDER = ("accept.load", "accept.gpu.lost", "accept.errors", "accept.power", "accept.clocks.events",
+                 "accept.clocks.sm", "accept.memory.temperature", "accept.thermal.resistance",
+                 "accept.temperature.spread", "accept.thermal.siblings", "accept.psu", "accept.drift")
+
+
+def judge_run(run: AcceptanceRun, profile: Profile, skip: tuple[str, ...] = ()) -> list[Finding]:
+    """Every series check of the registry over one run (`nodewarden accept`), in READING_ORDER."""
+    from checks import all_checks
+
+    series = sorted((c for c in all_checks() if c.input == "series" and c.id not in skip),
+                    key=lambda c: READING_ORDER.index(c.id) if c.id in READING_ORDER else len(READING_ORDER))
+    return [finding for check in series for finding in check.run_series(run, profile)]
+
+
 def judge(recording: Recording, profile: Profile) -> list[Finding]:
-    """Every accept.* finding for one run (drift: checks.accept_drift)."""
-    findings = _load(recording, profile)
-    window = recording.steady_window()
-    live = [g for g in recording.gpus if g.lost is None]
-    findings += gpu_inventory(recording)
-    findings += _errors(recording, profile)
-    if window is None:
-        return findings  # no steady state: the load finding says why; nothing else can be judged
-    stats = {g.uuid: steady(g, window) for g in live}
-    inlet = bmc_median(recording.bmc.inlet_c, recording.bmc.t, window) if recording.bmc else None
-    for gpu in live:
-        findings += _per_gpu(gpu, stats[gpu.uuid], profile, inlet)
-    findings += _spread(live, stats, profile)
-    findings += _siblings(live, stats, profile, inlet)
-    findings += _psu(recording, stats, profile, window)
-    return findings
+    """Every accept.* finding for one run but drift (which needs a baseline: checks.accept_drift)."""
+    return judge_run(AcceptanceRun(recording), profile, skip=("accept.drift",))
+
+
+@LOAD.series_evaluator
+def evaluate_load(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return _load(run.recording, profile)
+
+
+@GPU_LOST.series_evaluator
+def evaluate_gpu_lost(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return gpu_inventory(run.recording)
+
+
+@ERRORS.series_evaluator
+def evaluate_errors(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return _errors(run.recording, profile)
+
+
+PerGpu = Callable[[GpuTrack, Steady, Expectation, "float | None"], Finding]
+
+
+def _each_gpu(run: AcceptanceRun, profile: Profile, key: str, judge_one: PerGpu) -> list[Finding]:
+    """One finding per GPU still there, over the steady window (none without one: accept.load says why)."""
+    view, exp = run.steady_view, _exp(profile, key)
+    if view is None or exp is None:
+        return []
+    return [judge_one(gpu, view.stats[gpu.uuid], exp, view.inlet) for gpu in view.live]
+
+
+@POWER.series_evaluator
+def evaluate_power(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return _each_gpu(run, profile, "power_fraction", lambda gpu, stats, exp, _inlet: _power(gpu, stats, exp))
+
+
+@EVENTS.series_evaluator
+def evaluate_clock_events(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return _each_gpu(run, profile, "clock_event_samples", _events)
+
+
+@SM_CLOCK.series_evaluator
+def evaluate_sm_clock(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return _each_gpu(run, profile, "sm_clock_fraction", _sm_clock)
+
+
+@MEMORY.series_evaluator
+def evaluate_memory_temperature(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return _each_gpu(run, profile, "memory_temperature_margin_c", _memory)
+
+
+@RESISTANCE.series_evaluator
+def evaluate_thermal_resistance(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return _each_gpu(run, profile, "thermal_resistance_c_per_w", _resistance)
+
+
+@SPREAD.series_evaluator
+def evaluate_spread(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    view = run.steady_view
+    return [] if view is None else _spread(list(view.live), view.stats, profile)
+
+
+@SIBLINGS.series_evaluator
+def evaluate_siblings(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    view = run.steady_view
+    return [] if view is None else _siblings(list(view.live), view.stats, profile, view.inlet)
+
+
+@PSU.series_evaluator
+def evaluate_psu(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    view = run.steady_view
+    return [] if view is None else _psu(run.recording, view.stats, profile, view.window)
 
 
 def _load(recording: Recording, profile: Profile) -> list[Finding]:
@@ -145,41 +210,38 @@ def _observe(check: Check, subject: str, exp: Expectation, value: float | None, 
     return check.compare(subject, exp, value, what)
 
 
-def _per_gpu(gpu: GpuTrack, stats: Steady, profile: Profile, inlet: float | None) -> list[Finding]:
-    out: list[Finding] = []
+def _events(gpu: GpuTrack, stats: Steady, exp: Expectation, inlet: float | None) -> Finding:
     label = gpu.label
-    exp = _exp(profile, "power_fraction")
-    if exp is not None:
-        out.append(_power(gpu, stats, exp))
-    exp = _exp(profile, "clock_event_samples")
-    if exp is not None:
-        bad = {name: n for name, n in stats.event_samples.items() if n}
-        finding = EVENTS.compare(label, exp, sum(bad.values()), f"{label} steady samples with fault clock events")
-        if bad:
-            finding.message = (f"{label}: {', '.join(f'{name} in {n}' for name, n in bad.items())} of "
-                               f"{stats.samples} steady samples (expected none of {', '.join(FORBIDDEN_EVENTS)})")
-            finding.observed = bad
-        out.append(finding)
-    exp = _exp(profile, "sm_clock_fraction")
-    if exp is not None:
-        ratio = stats.sm_mhz / gpu.max_sm_mhz if stats.sm_mhz is not None and gpu.max_sm_mhz else None
-        finding = _observe(SM_CLOCK, label, exp, _round(ratio), f"{label} steady SM clock / max",
-                           "no SM clock or max clock reading")
-        if ratio is not None:
-            finding.message += f" ({stats.sm_mhz:.0f} of {gpu.max_sm_mhz} MHz)"
-        out.append(finding)
-    exp = _exp(profile, "memory_temperature_margin_c")
-    if exp is not None:
-        margin = (gpu.memory_max_c - stats.mem_temp_max_c if gpu.memory_max_c is not None
-                  and stats.mem_temp_max_c is not None else None)
-        out.append(_observe(MEMORY, label, exp, margin, f"{label} memory temperature margin (degC)",
-                            "no memory temperature or threshold from NVML"))
-    exp = _exp(profile, "thermal_resistance_c_per_w")
-    if exp is not None:
-        out.append(_observe(RESISTANCE, label, exp, thermal_resistance(stats, inlet),
-                            f"{label} thermal resistance (degC/W above inlet)",
-                            "no BMC inlet temperature (--bmc) or no steady power/temperature"))
-    return out
+    bad = {name: n for name, n in stats.event_samples.items() if n}
+    finding = EVENTS.compare(label, exp, sum(bad.values()), f"{label} steady samples with fault clock events")
+    if bad:
+        finding.message = (f"{label}: {', '.join(f'{name} in {n}' for name, n in bad.items())} of "
+                           f"{stats.samples} steady samples (expected none of {', '.join(FORBIDDEN_EVENTS)})")
+        finding.observed = bad
+    return finding
+
+
+def _sm_clock(gpu: GpuTrack, stats: Steady, exp: Expectation, inlet: float | None) -> Finding:
+    label = gpu.label
+    ratio = stats.sm_mhz / gpu.max_sm_mhz if stats.sm_mhz is not None and gpu.max_sm_mhz else None
+    finding = _observe(SM_CLOCK, label, exp, _round(ratio), f"{label} steady SM clock / max",
+                       "no SM clock or max clock reading")
+    if ratio is not None:
+        finding.message += f" ({stats.sm_mhz:.0f} of {gpu.max_sm_mhz} MHz)"
+    return finding
+
+
+def _memory(gpu: GpuTrack, stats: Steady, exp: Expectation, inlet: float | None) -> Finding:
+    margin = (gpu.memory_max_c - stats.mem_temp_max_c if gpu.memory_max_c is not None
+              and stats.mem_temp_max_c is not None else None)
+    return _observe(MEMORY, gpu.label, exp, margin, f"{gpu.label} memory temperature margin (degC)",
+                    "no memory temperature or threshold from NVML")
+
+
+def _resistance(gpu: GpuTrack, stats: Steady, exp: Expectation, inlet: float | None) -> Finding:
+    return _observe(RESISTANCE, gpu.label, exp, thermal_resistance(stats, inlet),
+                    f"{gpu.label} thermal resistance (degC/W above inlet)",
+                    "no BMC inlet temperature (--bmc) or no steady power/temperature")
 
 
 def _power(gpu: GpuTrack, stats: Steady, exp: Expectation) -> Finding:

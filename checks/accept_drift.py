@@ -9,9 +9,8 @@ are said (`skip` with the reason), never judged as drift: a new part or firmware
 from __future__ import annotations
 
 from agent.core.expect import Expectation
-from agent.core.facts import NodeFacts
 from agent.core.model import Finding, Severity, Status
-from agent.core.series import GpuTrack, Recording, Steady, bmc_median, steady
+from agent.core.series import AcceptanceRun, GpuTrack, Recording, Steady, bmc_median, steady
 from agent.policy.profiles import Profile
 from checks import Check
 from checks.accept import per_watt
@@ -23,13 +22,14 @@ DRIFT = Check("accept.drift", "Drift under load against the acceptance baseline"
                       "description": "How far (%) a GPU may drift from its acceptance baseline under load.",
                       "properties": {"thermal_resistance_pct": _PCT, "power_pct": _PCT, "sm_clock_pct": _PCT}},
               evidence=("steady degC/W, power at the same utilization and SM clock at the same power against the "
-                        "stored acceptance baseline, GPUs matched by UUID; replaced GPUs and new firmware are said"))
+                        "stored acceptance baseline, GPUs matched by UUID; replaced GPUs and new firmware are said"),
+              input="series")
 SAME_UTIL_PCT, SAME_POWER_FRACTION = 5.0, 0.05  # "the same" operating point: utilization points, power fraction
 
 
-@DRIFT.evaluator
-def _no_recording(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    return []  # judged over an acceptance run by `nodewarden accept` (checks.accept)
+@DRIFT.series_evaluator
+def evaluate_drift(run: AcceptanceRun, profile: Profile) -> list[Finding]:
+    return judge_drift(run.recording, run.baseline, profile)
 
 
 def _stats(recording: Recording) -> tuple[dict[str, tuple[GpuTrack, Steady]], float | None]:

@@ -7,6 +7,7 @@ filled): types, lengths and the number of GPUs and samples are bounded before an
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -296,3 +297,34 @@ def from_json(doc: Any) -> Recording:
         notes=[n[:MAX_TEXT] for n in doc.get("notes", []) if isinstance(n, str)][:100]
         if isinstance(doc.get("notes"), list) else [],
         inventory=_inventory(doc.get("inventory")))
+
+
+@dataclass(frozen=True)
+class SteadyView:
+    """The steady window of a run and what every check of it reads: the GPUs still there, their steady
+    statistics by UUID, the BMC inlet median (None without a BMC)."""
+
+    window: tuple[float, float]
+    live: tuple[GpuTrack, ...]
+    stats: dict[str, Steady]
+    inlet: float | None
+
+
+@dataclass
+class AcceptanceRun:
+    """What a series check (checks.Check with input "series") judges: an acceptance run's recording and
+    the node's stored acceptance baseline, if any. The steady view is computed once for all the checks."""
+
+    recording: Recording
+    baseline: Recording | None = None
+
+    @functools.cached_property
+    def steady_view(self) -> SteadyView | None:
+        """None when the run never reached a steady state (accept.load says why)."""
+        window = self.recording.steady_window()
+        if window is None:
+            return None
+        live = tuple(g for g in self.recording.gpus if g.lost is None)
+        bmc = self.recording.bmc
+        inlet = bmc_median(bmc.inlet_c, bmc.t, window) if bmc else None
+        return SteadyView(window, live, {g.uuid: steady(g, window) for g in live}, inlet)

@@ -64,9 +64,6 @@ from checks import Check, all_checks, run_checks
 # Checks about the audit itself: kept under --only unless skipped by name.
 ALWAYS_CHECKS = ("profile.match", "source.available")
 NVML_SOURCES = ("nvml",)  # cross-checks use whichever views the other checks needed
-# Checks whose audit evaluators say nothing (accept.* judge a recorded run: issue 25): they read nothing
-# here, so `--skip 'gpu.*'` loads no pynvml (issue 23).
-SILENT_IN_AUDITS = ("accept",)
 BMC_SOURCES = ("bmc",)
 NOT_IN_BMC_AUDIT = "not in this audit (BMC only)"
 NOT_NEEDED = "not needed by the selected checks"
@@ -88,7 +85,7 @@ class AuditRequest:
 
 def _skips_source(skip: Iterable[str], source: str) -> bool:
     """Whether `--skip` removed every check whose own source is `source` (`--skip 'gpu.*'` for NVML)."""
-    own = [c for c in all_checks() if c.source == source and c.area not in SILENT_IN_AUDITS]
+    own = [c for c in all_checks() if c.source == source and c.input == "facts"]
     return bool(own) and all(any(fnmatch.fnmatchcase(c.id, g) for g in skip) for c in own)
 
 
@@ -172,7 +169,8 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     else:
         raise AuditError("the snapshot holds neither host nor NVML data, nor a BMC (see `captured` in meta.yaml)")
 
-    checks = select_checks(all_checks(), request.only, request.skip)
+    # An audit judges a node's facts: the checks of an acceptance run's series (accept.*) are `accept`'s.
+    checks = [c for c in select_checks(all_checks(), request.only, request.skip) if c.input == "facts"]
     # --only/--skip choose checks, never the profile: what matching reads is read regardless.
     # NVML names the GPUs where PCI cannot; the BMC the node where there is no host or no GPU.
     # A profile named (--profile, or the config's) is not matched: NVML is read only if a check needs it.
@@ -181,7 +179,7 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     nvml: NvmlFacts | Unknown
     if match_on_nvml or any(c.source in NVML_SOURCES or "nvml" in c.reads or (
             "nvml" in c.optional_reads and not _skips_source(request.skip, "nvml")) for c in checks
-                            if c.id not in ALWAYS_CHECKS and c.area not in SILENT_IN_AUDITS):
+                            if c.id not in ALWAYS_CHECKS):
         nvml, read = NVML.read(node, options)
         sources.update(read)
     else:
@@ -300,7 +298,7 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
         problems=identity.problems, misfit=forced_misfit(profile, identity) if selection.how == "forced" else "",
         id_conflicts=identity.id_conflicts,
     ), binding=binding)
-    checks = select_checks(all_checks(), request.only, request.skip)
+    checks = [c for c in select_checks(all_checks(), request.only, request.skip) if c.input == "facts"]
     # A source that was not asked for (not in the snapshot, not configured) is
     # reported once by source.available; its checks produce nothing.
     runnable = [c for c in checks if c.id in ALWAYS_CHECKS or _source_configured(c.source, sources)]

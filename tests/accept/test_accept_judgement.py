@@ -7,6 +7,8 @@ import copy
 import shutil
 from pathlib import Path
 
+import pytest
+
 from agent.apps.accept.html import MAX_POINTS, render_html, thin
 from agent.core.model import Finding, Status
 from agent.core.series import BmcTrack, GpuTrack, Recording, from_json
@@ -143,13 +145,18 @@ def test_long_runs_are_thinned_for_the_picture() -> None:
     assert len(points) == MAX_POINTS and abs(points[0][1] - 4.5) < 1e-9
 
 
-def test_accept_checks_are_registered_with_profile_fragments_and_say_nothing_in_an_audit() -> None:
+def test_accept_checks_are_registered_with_profile_fragments_and_judge_series_only() -> None:
+    """Issue 32.3: each accept.* check declares its input, an acceptance run's series; it has no facts
+    evaluator (no stub returning nothing), and running it on facts is refused, never silently empty."""
     accept = [c for c in all_checks() if c.id.startswith("accept.")]
     # a lost GPU is no matter of threshold: accept.gpu.lost has no profile key, every other one has
     with_threshold = [c for c in accept if c.id != "accept.gpu.lost"]
     assert len(accept) == 12 and all(c.schema is not None and c.expect_path[0] == "accept" for c in with_threshold)
     assert not next(c for c in accept if c.id == "accept.gpu.lost").expect_path
-    assert all(c.evaluate is not None and c.evaluate(None, PROFILE) == [] for c in accept)  # type: ignore[arg-type]
+    assert all(c.input == "series" and c.evaluate is None and c.evaluate_series is not None for c in accept)
+    assert {c.id for c in all_checks() if c.input == "series"} == {c.id for c in accept}
+    with pytest.raises(RuntimeError, match="judges an acceptance run's series"):
+        accept[0].run(None, PROFILE)  # type: ignore[arg-type]
     assert PROFILE.expectation("accept", "thermal_resistance_c_per_w") is not None
 
 

@@ -15,15 +15,14 @@ from agent.apps.accept.request import AcceptRequest
 from agent.apps.accept.sampler import Sampler
 from agent.core.facts import NodeFacts
 from agent.core.model import SourceStatus, Unknown
-from agent.core.series import Recording
+from agent.core.series import AcceptanceRun, Recording
 from agent.engine.audit import AuditRequest, choose_profile
 from agent.policy.matching import board_fit
 from agent.policy.profiles import Profile, ProfileStore
 from agent.policy.waivers import apply_waivers, load_waivers
 from agent.report.model import Report
 from checks import all_checks
-from checks.accept import judge
-from checks.accept_drift import judge_drift
+from checks.accept import judge_run
 
 
 def choose(request: AcceptRequest, sampler: Sampler) -> tuple[Profile, dict[str, Any], Any]:
@@ -71,7 +70,7 @@ def end_pci(source: Any, recording: Recording) -> None:
 
 def report_for(request: AcceptRequest, recording: Recording, profile: Profile, node: dict[str, Any],
                baseline: Recording | None, started: dt.datetime) -> Report:
-    findings = judge(recording, profile) + judge_drift(recording, baseline, profile)
+    findings = judge_run(AcceptanceRun(recording, baseline), profile)  # the registry's series checks (32.3)
     config = request.config
     if config.waivers_file is not None:
         waivers = load_waivers(config.waivers_file, (c.id for c in all_checks()))
