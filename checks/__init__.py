@@ -73,6 +73,12 @@ class Check:
         _REGISTRY[self.id] = self
         return func
 
+    def expectation(self, profile: Profile) -> Expectation | None:
+        """The profile's expectation at the path this check declared (`expect_path`): said once, here."""
+        if not self.expect_path:
+            raise RuntimeError(f"check {self.id} declares no expect_path")
+        return profile.expectation(*self.expect_path)
+
     def series_evaluator(self, fn: SeriesEvaluator) -> SeriesEvaluator:
         """Register what judges an acceptance run's series; the check's input is then "series"."""
         if self.id in _REGISTRY and _REGISTRY[self.id] is not self:

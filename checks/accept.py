@@ -80,10 +80,6 @@ GPU_LOST = Check("accept.gpu.lost", "Every GPU the node has was read from start 
                           "where the evidence shows the whole board", input="series")
 
 
-def _exp(profile: Profile, key: str) -> Expectation | None:
-    return profile.expectation("accept", key)
-
-
 def _pct(value: float) -> str:
     return f"{value:.0%}"
 
@@ -127,9 +123,9 @@ def evaluate_errors(run: AcceptanceRun, profile: Profile) -> list[Finding]:
 PerGpu = Callable[[GpuTrack, Steady, Expectation, "float | None"], Finding]
 
 
-def _each_gpu(run: AcceptanceRun, profile: Profile, key: str, judge_one: PerGpu) -> list[Finding]:
+def _each_gpu(run: AcceptanceRun, profile: Profile, check: Check, judge_one: PerGpu) -> list[Finding]:
     """One finding per GPU still there, over the steady window (none without one: accept.load says why)."""
-    view, exp = run.steady_view, _exp(profile, key)
+    view, exp = run.steady_view, check.expectation(profile)
     if view is None or exp is None:
         return []
     return [judge_one(gpu, view.stats[gpu.uuid], exp, view.inlet) for gpu in view.live]
@@ -137,27 +133,27 @@ def _each_gpu(run: AcceptanceRun, profile: Profile, key: str, judge_one: PerGpu)
 
 @POWER.series_evaluator
 def evaluate_power(run: AcceptanceRun, profile: Profile) -> list[Finding]:
-    return _each_gpu(run, profile, "power_fraction", lambda gpu, stats, exp, _inlet: _power(gpu, stats, exp))
+    return _each_gpu(run, profile, POWER, lambda gpu, stats, exp, _inlet: _power(gpu, stats, exp))
 
 
 @EVENTS.series_evaluator
 def evaluate_clock_events(run: AcceptanceRun, profile: Profile) -> list[Finding]:
-    return _each_gpu(run, profile, "clock_event_samples", _events)
+    return _each_gpu(run, profile, EVENTS, _events)
 
 
 @SM_CLOCK.series_evaluator
 def evaluate_sm_clock(run: AcceptanceRun, profile: Profile) -> list[Finding]:
-    return _each_gpu(run, profile, "sm_clock_fraction", _sm_clock)
+    return _each_gpu(run, profile, SM_CLOCK, _sm_clock)
 
 
 @MEMORY.series_evaluator
 def evaluate_memory_temperature(run: AcceptanceRun, profile: Profile) -> list[Finding]:
-    return _each_gpu(run, profile, "memory_temperature_margin_c", _memory)
+    return _each_gpu(run, profile, MEMORY, _memory)
 
 
 @RESISTANCE.series_evaluator
 def evaluate_thermal_resistance(run: AcceptanceRun, profile: Profile) -> list[Finding]:
-    return _each_gpu(run, profile, "thermal_resistance_c_per_w", _resistance)
+    return _each_gpu(run, profile, RESISTANCE, _resistance)
 
 
 @SPREAD.series_evaluator
@@ -179,7 +175,7 @@ def evaluate_psu(run: AcceptanceRun, profile: Profile) -> list[Finding]:
 
 
 def _load(recording: Recording, profile: Profile) -> list[Finding]:
-    exp = _exp(profile, "load_utilization_pct")
+    exp = LOAD.expectation(profile)
     severity = exp.severity if exp else Severity.WARNING
     outcome = str(recording.load.get("outcome") or "no outcome recorded")
     kind = recording.load.get("kind", "?")
@@ -270,7 +266,7 @@ def _models(gpus: list[GpuTrack]) -> dict[str, list[GpuTrack]]:
 
 
 def _spread(gpus: list[GpuTrack], stats: dict[str, Steady], profile: Profile) -> list[Finding]:
-    exp = _exp(profile, "temperature_spread_c")
+    exp = SPREAD.expectation(profile)
     if exp is None:
         return []
     out = []
@@ -299,7 +295,7 @@ def per_watt(stats: Steady, inlet: float | None) -> float | None:
 
 
 def _siblings(gpus: list[GpuTrack], stats: dict[str, Steady], profile: Profile, inlet: float | None) -> list[Finding]:
-    exp = _exp(profile, "thermal_sibling_pct")
+    exp = SIBLINGS.expectation(profile)
     if exp is None:
         return []
     out = []
@@ -324,7 +320,7 @@ def _siblings(gpus: list[GpuTrack], stats: dict[str, Steady], profile: Profile, 
 
 def _psu(recording: Recording, stats: dict[str, Steady], profile: Profile,
          window: tuple[float, float]) -> list[Finding]:
-    exp = _exp(profile, "psu_input_ratio")
+    exp = PSU.expectation(profile)
     if exp is None:
         return []
     bmc = recording.bmc
@@ -354,7 +350,7 @@ _COUNTER_NAMES: dict[str, str] = {"ecc_uncorrected": "uncorrectable ECC", "ecc_c
 
 
 def _errors(recording: Recording, profile: Profile) -> list[Finding]:
-    exp = _exp(profile, "new_errors")
+    exp = ERRORS.expectation(profile)
     if exp is None:
         return []
     watched = "" if recording.xid_source == "nvml events" else f"; Xid not watched ({recording.xid_source})"

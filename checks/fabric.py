@@ -27,7 +27,7 @@ from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.core.numbers import MAX_UPTIME_S, finite, sane_time
 from agent.policy.matching import board_fit
 from agent.policy.profiles import Profile
-from agent.sources.fabric import FM_LOG, fm_log_time, parse_sxids
+from agent.sources.fabric import FM_LOG, fm_log_time
 from checks import Check
 from checks._gpu import not_judged_on_partial_view, partial_view, pci_without_gpus
 
@@ -179,8 +179,8 @@ def evaluate_sxid(facts: NodeFacts, profile: Profile) -> list[Finding]:
         if expected and not isinstance(kmsg, Unsupported):  # Unsupported: source.available says so
             findings.append(SXID.finding("node", Status.UNKNOWN, Severity.WARNING,
                                          f"NVSwitch errors in the kernel log: {kmsg.reason}"))
-    else:
-        kernel = parse_sxids(kmsg)
+    elif not isinstance(facts.sxids, Unknown):
+        kernel = facts.sxids  # parsed with the log (agent.sources.kernel_log), never here
     log = facts.host.fabric.log_errors
     from_log: list[NvSwitchError] = []
     older = 0

@@ -36,7 +36,7 @@ def cpu_ranges(cpus: tuple[int, ...]) -> str:
 
 @GOVERNOR.evaluator
 def evaluate_governor(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("cpu", "governor")
+    expectation = GOVERNOR.expectation(profile)
     if expectation is None:
         return []
     governors = facts.host.cpu.governors
@@ -60,7 +60,7 @@ def evaluate_governor(facts: NodeFacts, profile: Profile) -> list[Finding]:
 
 @CSTATES.evaluator
 def evaluate_cstates(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("cpu", "cstates")
+    expectation = CSTATES.expectation(profile)
     if expectation is None:
         return []
     states = facts.host.cpu.idle_states

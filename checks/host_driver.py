@@ -17,7 +17,7 @@ DRIVER = Check("host.driver.version", "NVIDIA driver version", source="host", ac
 
 @DRIVER.evaluator
 def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("driver", "version")
+    expectation = DRIVER.expectation(profile)
     if expectation is None:
         return []
     return [driver_within_branch(DRIVER, DRIVER.compare("node", expectation, facts.host.nvidia_driver, "NVIDIA driver"),

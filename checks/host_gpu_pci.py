@@ -21,7 +21,7 @@ PCI_COUNT = Check("host.gpu.pci_count", "GPUs on PCI", source="host", action="co
 
 @PCI_COUNT.evaluator
 def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("gpu_pci", "count")
+    expectation = PCI_COUNT.expectation(profile)
     if expectation is None:
         return []
     gpus = facts.host.nvidia_gpus

@@ -26,10 +26,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from agent.core.expect import Expectation
-from agent.core.facts import KmsgRecord, NodeFacts
+from agent.core.facts import KernelEvent, KmsgRecord, NodeFacts
 from agent.core.model import Finding, Severity, Status, Unknown, Unsupported
 from agent.policy.profiles import Profile
-from agent.sources.kernel_events import BY_ID, RULES, Rule, parse_kernel_events
+from agent.sources.kernel_events import BY_ID, RULES, Rule
 from agent.sources.kmsg import boot_time, predates_boot, timeless
 from checks import Check
 
@@ -109,13 +109,13 @@ def _quote(record: KmsgRecord) -> str:
     return f"{_stamp(record)} {text!r}"
 
 
-def _collect(facts: NodeFacts, records: tuple[KmsgRecord, ...]) -> tuple[dict[str, _Seen], int]:
+def _collect(facts: NodeFacts, events: tuple[KernelEvent, ...]) -> tuple[dict[str, _Seen], int]:
     """Event id -> what was seen of it this boot; and how many matching records predate the boot."""
     uptime = facts.host.uptime_s
     boot = boot_time(facts.observed_at, uptime if isinstance(uptime, (int, float)) else None)
     seen: dict[str, _Seen] = {}
     older = 0
-    for event in parse_kernel_events(records):
+    for event in events:
         record = event.record
         if predates_boot(record.wall, boot, facts.observed_at):
             older += 1
@@ -143,7 +143,10 @@ def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
         return []  # no kernel log in this snapshot: source.available says so
     if isinstance(kmsg, Unknown):
         return [EVENTS.finding("node", Status.UNKNOWN, Severity.WARNING, f"kernel log: {kmsg.reason}")]
-    seen, older = _collect(facts, kmsg)
+    events = facts.kernel_events
+    if isinstance(events, Unknown):  # parsed with the log (agent.sources.kernel_log): unread with it
+        return [EVENTS.finding("node", Status.UNKNOWN, Severity.WARNING, f"kernel log: {events.reason}")]
+    seen, older = _collect(facts, events)
     note = f" ({older} such records in the log predate this boot)" if older else ""
     if not seen:
         span = "in the log (no time stamps: the current boot, from its last boot banner)" \

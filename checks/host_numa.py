@@ -19,7 +19,7 @@ AFFINITY = Check("host.numa.affinity", "GPU and RDMA NIC NUMA pairing", source="
 
 @BALANCING.evaluator
 def evaluate_balancing(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("numa", "balancing")
+    expectation = BALANCING.expectation(profile)
     if expectation is None:
         return []
     observed = facts.host.sysctl.get("kernel.numa_balancing", Unknown("kernel.numa_balancing was not read"))
@@ -39,7 +39,7 @@ def gpu_numa_placement(gpu: PciFunction, numa_nodes: tuple[int, ...], rdma_nic_n
 
 @AFFINITY.evaluator
 def evaluate_affinity(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("numa", "affinity")
+    expectation = AFFINITY.expectation(profile)
     if expectation is None:
         return []
     host = facts.host

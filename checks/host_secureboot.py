@@ -14,7 +14,7 @@ SECUREBOOT = Check("host.secureboot", "UEFI Secure Boot", source="host", expect_
 
 @SECUREBOOT.evaluator
 def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("secure_boot")
+    expectation = SECUREBOOT.expectation(profile)
     if expectation is None:
         return []
     return [SECUREBOOT.compare("node", expectation, facts.host.secure_boot, "Secure Boot")]

@@ -16,7 +16,7 @@ SWAP = Check("host.swap", "Swap", source="host", action="disable_swap", expect_p
 
 @SWAP.evaluator
 def evaluate(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("swap", "total_kb")
+    expectation = SWAP.expectation(profile)
     if expectation is None:
         return []
     return [SWAP.compare("node", expectation, facts.host.swap_total_kb, "active swap (KiB)")]

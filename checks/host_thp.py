@@ -17,7 +17,7 @@ THP_DEFRAG = Check("host.thp.defrag", "Transparent hugepages defrag", source="ho
 
 @THP_ENABLED.evaluator
 def evaluate_enabled(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("thp", "enabled")
+    expectation = THP_ENABLED.expectation(profile)
     if expectation is None:
         return []
     return [THP_ENABLED.compare("node", expectation, facts.host.thp_enabled,
@@ -26,7 +26,7 @@ def evaluate_enabled(facts: NodeFacts, profile: Profile) -> list[Finding]:
 
 @THP_DEFRAG.evaluator
 def evaluate_defrag(facts: NodeFacts, profile: Profile) -> list[Finding]:
-    expectation = profile.expectation("thp", "defrag")
+    expectation = THP_DEFRAG.expectation(profile)
     if expectation is None:
         return []
     return [THP_DEFRAG.compare("node", expectation, facts.host.thp_defrag, "transparent_hugepage/defrag")]

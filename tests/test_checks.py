@@ -278,3 +278,30 @@ def test_each_check_names_its_fact_areas_itself() -> None:
     unknown = {c.id: sorted(set(c.fact_areas) - known) for c in all_checks() if set(c.fact_areas) - known}
     assert unknown == {}
     assert next(c for c in all_checks() if c.id == "host.sysctl").fact_areas == ("sysctl",)  # moved, not lost
+
+
+def test_an_evaluator_does_not_repeat_the_path_its_check_declared() -> None:
+    """Issue 32.4: `CHECK.expectation(profile)` reads the path the check declared (`expect_path`) once; an
+    evaluator that spells its own check's path again (`profile.expectation("thp", "enabled")`) is found
+    here. Reading another check's expectation (gpu.driver reads host.driver.version's) is not a repeat."""
+    import ast
+    import importlib
+
+    from checks import Check
+    from tests.conftest import REPO
+
+    repeated = []
+    for path in sorted((REPO / "checks").glob("*.py")):
+        module = importlib.import_module(f"checks.{path.stem}") if path.stem != "__init__" else None
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+            owners = [getattr(module, d.value.id, None) for d in fn.decorator_list if isinstance(d, ast.Attribute)
+                      and d.attr in ("evaluator", "series_evaluator") and isinstance(d.value, ast.Name)]
+            own = {o.expect_path for o in owners if isinstance(o, Check) and o.expect_path}
+            for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+                if (isinstance(call.func, ast.Attribute) and call.func.attr == "expectation"
+                        and isinstance(call.func.value, ast.Name) and call.func.value.id == "profile"
+                        and all(isinstance(a, ast.Constant) for a in call.args)
+                        and tuple(a.value for a in call.args) in own):  # type: ignore[attr-defined]
+                    repeated.append(f"{path.name}:{call.lineno}")
+    assert repeated == []

@@ -31,6 +31,7 @@ from agent.sources.fabric import (
 from agent.sources.fsroot import LiveFs
 from agent.sources.fsroot_recording import RecordingFs
 from agent.sources.fsroot_snapshot import SnapshotFs
+from agent.sources.kernel_log import parse_kernel_log
 from agent.sources.kmsg import parse_kmsg_line
 from checks.fabric import MANAGER, NVSWITCH_COUNT, SXID
 from tests.factories import exp, host, node, profile
@@ -66,7 +67,7 @@ def fabric_node(kmsg: list[str] | None = None, log: tuple[NvSwitchError, ...] | 
     h = host(pci=(*host().pci, *switches), fabric=facts, uptime_s=UPTIME_S)  # type: ignore[union-attr]
     facts_node = node(h, observed_at=CAPTURED)
     facts_node.kmsg = records
-    return facts_node
+    return parse_kernel_log(facts_node)
 
 
 # --- parsers on real log lines ----------------------------------------------------------------
@@ -337,6 +338,7 @@ def test_sxid_check_without_errors_or_sources() -> None:
     assert no_log["node"].status is Status.PASS
     no_kmsg = fabric_node()
     no_kmsg.kmsg = Unknown("/dev/kmsg is not readable (needs root or CAP_SYSLOG)")
+    no_kmsg = parse_kernel_log(no_kmsg)
     assert [f.status for f in SXID.run(no_kmsg, prof)] == [Status.UNKNOWN]
     assert SXID.run(fabric_node(), profile({})) == []  # nothing expected, nothing seen
     # Nothing expected but an error seen: reported with the built-in severities.

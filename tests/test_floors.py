@@ -108,3 +108,16 @@ def test_the_config_keys_of_the_polls_are_the_sources_polls() -> None:
     from agent.sources.registry import polls
 
     assert polls() == POLLS
+
+
+def test_checks_judge_facts_and_never_parse_records() -> None:
+    """Issue 32.4: records are parsed before facts (agent.sources.kernel_log for the kernel log); a check
+    imports no parser of a source's records."""
+    found = []
+    for name, path in sorted(modules().items()):
+        if not name.startswith("checks"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent.sources"):
+                found += [f"{name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("parse_")]
+    assert found == []

@@ -22,6 +22,7 @@ from agent.core.xid_catalog import ACTIONS
 from agent.io.schema import Validator
 from agent.policy.profiles import Profile
 from agent.sources.kernel_events import BY_ID, RULES, match_event, match_record, parse_kernel_events
+from agent.sources.kernel_log import parse_kernel_log
 from agent.sources.kmsg import parse_kmsg_line, parse_kmsg_text, read_recorded_kmsg
 from checks.gpu_xid import XID
 from checks.host_kernel_events import EVENTS, MAX_EXAMPLES
@@ -135,7 +136,7 @@ def rec(message: str, ts_s: float | None = None, wall: str | None = None) -> Kms
 def facts(records: tuple[KmsgRecord, ...] | Unknown, *, uptime_s: float | None = None,
           observed_at: dt.datetime | None = None) -> NodeFacts:
     h = host(uptime_s=uptime_s) if uptime_s is not None else host()
-    return NodeFacts(host=h, kmsg=records, observed_at=observed_at)
+    return parse_kernel_log(NodeFacts(host=h, kmsg=records, observed_at=observed_at))
 
 
 def by_subject(records: tuple[KmsgRecord, ...], prof: Profile = BASE, *, uptime_s: float | None = None,
@@ -310,11 +311,10 @@ def test_wall_clock_records_older_than_the_boot_are_dropped_and_counted() -> Non
 
 
 def test_no_kernel_log_and_an_unreadable_one_behave_as_gpu_xid() -> None:
-    absent = NodeFacts(host=host(), kmsg=Unsupported("the snapshot holds no kernel log"),
-                       xids=Unsupported("the snapshot holds no kernel log"))
+    absent = parse_kernel_log(NodeFacts(host=host(), kmsg=Unsupported("the snapshot holds no kernel log")))
     assert EVENTS.run(absent, BASE) == [] == XID.run(absent, BASE)
     reason = "/dev/kmsg is not readable (needs root or CAP_SYSLOG)"
-    unreadable = NodeFacts(host=host(), kmsg=Unknown(reason), xids=Unknown(reason))
+    unreadable = parse_kernel_log(NodeFacts(host=host(), kmsg=Unknown(reason)))
     [ours] = EVENTS.run(unreadable, BASE)
     [theirs] = XID.run(unreadable, BASE)
     assert (ours.subject, ours.status, ours.severity, ours.message) == (

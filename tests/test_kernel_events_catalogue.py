@@ -20,6 +20,7 @@ from agent.apps.cli.main import cli
 from agent.core.facts import KmsgRecord, NodeFacts
 from agent.core.model import Status
 from agent.sources.kernel_events import BY_ID, match_record
+from agent.sources.kernel_log import parse_kernel_log
 from agent.sources.kmsg import read_recorded_kmsg
 from checks.host_kernel_events import EVENTS
 from tests.conftest import REPO
@@ -172,7 +173,7 @@ def test_the_check_reference_names_every_event_with_its_severity_and_action() ->
 
 
 def _findings(records: tuple[KmsgRecord, ...]) -> dict[str, dict[str, object]]:
-    facts = NodeFacts(host=host(uptime_s=1_000_000.0), kmsg=records)
+    facts = parse_kernel_log(NodeFacts(host=host(uptime_s=1_000_000.0), kmsg=records))
     return {f.subject: f.to_json() for f in EVENTS.run(facts, profile({}))}
 
 

@@ -21,6 +21,7 @@ import pytest
 from agent.core.facts import KmsgRecord, NodeFacts
 from agent.policy.profiles import ProfileStore
 from agent.sources.importers.kernel_log import KernelLogImporter
+from agent.sources.kernel_log import parse_kernel_log
 from agent.sources.kmsg import EARLIER_BOOT, line_grammar, parse_kmsg_text, predates_boot, wall_time
 from agent.sources.xid import parse_xids
 from checks.gpu_xid import XID
@@ -206,7 +207,7 @@ def test_one_carrier_loss_is_not_a_flap_and_another_programs_lost_carrier_is_no_
     assert [r.message for r in records] == ["systemd-networkd[812]: ib0: Lost carrier",
                                             "systemd-networkd[812]: ib0: Gained carrier"]
     assert records[0].wall == "Mar  4 10:00:00"  # the syslog stamp, as for a kernel line
-    [flap] = EVENTS.run(NodeFacts(host=host(), kmsg=records), _base())
+    [flap] = EVENTS.run(parse_kernel_log(NodeFacts(host=host(), kmsg=records)), _base())
     assert (flap.subject, flap.status.value, flap.observed["port"]) == ("net.link_flap", "pass", {"ib0": 1})
 
 
@@ -229,7 +230,7 @@ def test_network_manager_counts_each_drop_once_in_every_spelling() -> None:
         f"{nm}[1756901216.0000] device (ib1): state change: ip-config -> ip-check (reason 'none', "
         "sys-iface-state: 'managed')")
     assert [line_grammar(line) for line in lines] == ["syslog-link"] * 7 + ["syslog-user"]
-    [flap] = EVENTS.run(NodeFacts(host=host(), kmsg=parse_kmsg_text(lines)), _base())
+    [flap] = EVENTS.run(parse_kernel_log(NodeFacts(host=host(), kmsg=parse_kmsg_text(lines))), _base())
     assert (flap.subject, flap.status.value, flap.observed["port"]) == ("net.link_flap", "warn", {"ib0": 2, "ib1": 1})
 
 
@@ -259,9 +260,8 @@ def test_bare_text_detection_wants_kernel_messages() -> None:
 
 
 def _timeless(*messages: str) -> NodeFacts:
-    return NodeFacts(host=host(), kmsg=tuple(KmsgRecord(message=m) for m in messages),
-                     xids=parse_xids(KmsgRecord(message=m) for m in messages),
-                     observed_at=dt.datetime(2025, 2, 13, tzinfo=dt.timezone.utc))
+    return parse_kernel_log(NodeFacts(host=host(), kmsg=tuple(KmsgRecord(message=m) for m in messages),
+                                      observed_at=dt.datetime(2025, 2, 13, tzinfo=dt.timezone.utc)))
 
 
 XID_79 = "NVRM: Xid (PCI:0000:19:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
@@ -304,8 +304,9 @@ def test_a_boot_banner_in_timeless_text_says_what_is_an_earlier_boot() -> None:
 def test_kernel_records_are_read_by_their_shape_with_or_without_a_stamp(message: str) -> None:
     """The same record, bare and as dmesg prints it ([  t.tttttt]), gives the same finding."""
     bare = EVENTS.run(_timeless(message), _base())
-    stamped = EVENTS.run(NodeFacts(host=host(), kmsg=parse_kmsg_text([f"[  812.004211] {message}"]),
-                                   observed_at=dt.datetime(2025, 2, 13, tzinfo=dt.timezone.utc)), _base())
+    stamped = EVENTS.run(parse_kernel_log(NodeFacts(host=host(), kmsg=parse_kmsg_text([f"[  812.004211] {message}"]),
+                                                    observed_at=dt.datetime(2025, 2, 13, tzinfo=dt.timezone.utc))),
+                         _base())
     assert [f.subject for f in bare] != ["node"], bare  # a catalogued event, not "nothing"
     assert [(f.subject, f.status, f.severity) for f in bare] == [(f.subject, f.status, f.severity) for f in stamped]
 

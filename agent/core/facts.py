@@ -53,7 +53,7 @@ __all__ = [  # what callers import from here: this module's records and those of
     "PCI_VENDOR_MELLANOX", "PCI_VENDOR_NVIDIA", "AcsControl", "Baseline", "BaselineGpu", "BiosSettings", "BmcBinding",
     "BmcDrive", "BmcFacts", "BmcFan", "BmcGpu", "BmcLeakDetector", "BmcLogEntry", "BmcPowerLimit", "BmcPsu",
     "BmcRedundancy", "BmcSwitch", "BmcTemperature", "BmcVoltage", "BmcVolume", "CpuFacts", "FabricFacts",
-    "FirmwareItem", "GpuFacts", "HostFacts", "IdleState", "IommuFacts",
+    "FirmwareItem", "GpuFacts", "HostFacts", "IdleState", "IommuFacts", "KernelEvent",
     "KmsgRecord", "Maybe", "NetInterface", "NodeFacts", "NvSwitchError", "NvmlFacts", "PciFunction", "ProfileMatch",
     "RdmaDevice", "RdmaPort", "T", "XidEvent", "gpu_activity", "parse_kernel_cmdline",
 ]
@@ -221,6 +221,14 @@ class KmsgRecord(NamedTuple):
     wall: str | None = None  # wall-clock stamp as printed (dmesg -T/--time-format=iso, journalctl); see kmsg.wall_time
 
 
+class KernelEvent(NamedTuple):
+    """A catalogued kernel event (agent.sources.kernel_events): the rule it matched and the record."""
+
+    rule: str  # Rule.id
+    record: KmsgRecord
+    key: str = ""  # the value of the rule's `per` group (the port), "" for node-wide rules
+
+
 class NvSwitchError(NamedTuple):
     """An NVSwitch error (SXid), from the kernel log or Fabric Manager's log (agent.sources.fabric)."""
 
@@ -308,6 +316,10 @@ class NodeFacts:
     profile_match: ProfileMatch | None = None
     nvml: Maybe[NvmlFacts] = NOT_READ
     xids: Maybe[tuple[XidEvent, ...]] = ()
+    # Parsed from `kmsg` before any check runs (issue 32.4; agent.sources.kernel_log.parse_kernel_log):
+    # the kernel's NVSwitch errors and its catalogued fault events.
+    sxids: Maybe[tuple[NvSwitchError, ...]] = ()
+    kernel_events: Maybe[tuple[KernelEvent, ...]] = ()
     bmc: Maybe[BmcFacts] = NOT_READ
     observed_at: dt.datetime | None = None  # when the node was read (a snapshot's captured_at)
     baseline: Maybe[Baseline] = NO_BASELINE  # the node's recorded baseline (agent.apps.cli.baseline)

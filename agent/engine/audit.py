@@ -46,6 +46,7 @@ from agent.policy.waivers import apply_waivers, load_waivers
 from agent.report.model import Report
 from agent.sources.host import read_sysctls
 from agent.sources.host_parts import mask_missing_parts
+from agent.sources.kernel_log import parse_kernel_log
 from agent.sources.node import (
     EVIDENCE_REFS_MAX,
     NodeSource,
@@ -58,7 +59,6 @@ from agent.sources.node import (
 )
 from agent.sources.registry import BMC, HOST, KMSG, NVML
 from agent.sources.source import NOT_IN_SNAPSHOT, ReadOptions
-from agent.sources.xid import parse_xids
 from checks import Check, all_checks, run_checks
 
 # Checks about the audit itself: kept under --only unless skipped by name.
@@ -290,14 +290,13 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
     profile, selection, identity = choose_profile(request, store, host, nvml,
                                                   bmc if bmc_alone and isinstance(bmc, BmcFacts) else None)
     sources = needed_sources(sources, selection, host)
-    xids = kmsg if isinstance(kmsg, Unknown) else parse_xids(kmsg)
-    facts = NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, xids=xids, bmc=bmc,
+    facts = parse_kernel_log(NodeFacts(host=host, kmsg=kmsg, sources=sources, nvml=nvml, bmc=bmc,
                       observed_at=observed_at(node, started), baseline=baseline, profile_match=ProfileMatch(
         profile=profile.name, how=selection.how, identity=identity.describe(),
         matched_on=selection.matched_on, also_matched=selection.also_matched,
         problems=identity.problems, misfit=forced_misfit(profile, identity) if selection.how == "forced" else "",
         id_conflicts=identity.id_conflicts,
-    ), binding=binding)
+    ), binding=binding))
     checks = [c for c in select_checks(all_checks(), request.only, request.skip) if c.input == "facts"]
     # A source that was not asked for (not in the snapshot, not configured) is
     # reported once by source.available; its checks produce nothing.

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from agent.core.facts import KmsgRecord
+from agent.core.facts import KernelEvent, KmsgRecord
 from agent.core.lazyre import lazy_compile
 from agent.core.model import Severity
 from agent.sources.kmsg import boot_start
@@ -206,12 +206,6 @@ def _compiled() -> tuple[tuple[Rule, tuple[re.Pattern[str], ...]], ...]:
     """Every rule's patterns, compiled when a record first passes the needles (~2 ms, not paid for a log without
     any catalogued text)."""
     return tuple((rule, tuple(re.compile(p) for p in rule.patterns)) for rule in RULES)
-
-
-class KernelEvent(NamedTuple):
-    rule: str  # Rule.id
-    record: KmsgRecord
-    key: str = ""  # the value of the rule's `per` group (the port), "" for node-wide rules
 
 
 def match_event(record: KmsgRecord) -> tuple[Rule, str] | None:
