@@ -104,13 +104,21 @@ class WatchedRead:
         self._thread.start()
         done = while_running is None
         while self._thread.is_alive():
-            with contextlib.suppress(psutil.Error, OSError):  # a process that ended while being looked at
-                for child in me.children(recursive=True):
-                    if child.pid in before:
-                        continue
-                    # Looked at again on every pass: a child seen between fork and setsid/exec has its
-                    # parent's group and command line for a moment.
-                    groups[child.pid] = (os.getpgid(child.pid), child.ppid(), child.cmdline())
+            found: list[psutil.Process] = []
+            with contextlib.suppress(psutil.Error, OSError):  # this process's children changed meanwhile
+                found = me.children(recursive=True)
+            for child in found:
+                if child.pid in before:
+                    continue
+                # One child at a time: a zombie left by another test (its cmdline raises) or a child
+                # that ended while being looked at must not hide the reader from this pass (CI once saw
+                # no reader at all). Looked at again on every pass: a child seen between fork and
+                # setsid/exec has its parent's group and command line for a moment.
+                with contextlib.suppress(psutil.Error, OSError):
+                    seen_as = (os.getpgid(child.pid), child.ppid(), child.cmdline())
+                    # A process on its way out shows an empty command line: keep what it showed before.
+                    if seen_as[2] or child.pid not in groups:
+                        groups[child.pid] = seen_as
                     self.seen.setdefault(child.pid, child)
                     if not done and while_running is not None and child.ppid() == me.pid:
                         done = while_running(child)
@@ -118,8 +126,10 @@ class WatchedRead:
         self._thread.join()
         # Readers run in their own process group (start_new_session): keep what is in the group of a
         # reader this read started, not what another test's leftover thread spawned meanwhile.
+        # A reader that crashed at once may have been seen only while exiting (empty command line, in
+        # its own group): it is one of ours too, since only readers are started in a group of their own.
         leaders = {pid for pid, (pgid, ppid, cmdline) in groups.items()
-                   if pgid == pid and ppid == me.pid and is_reader(cmdline)}
+                   if pgid == pid and ppid == me.pid and (is_reader(cmdline) or not cmdline)}
         self.seen = {pid: proc for pid, proc in self.seen.items() if pid in groups and groups[pid][0] in leaders}
         self.described = {pid: f"pgid {g} ppid {pp} {' '.join(c)[:80]}" for pid, (g, pp, c) in groups.items()}
         return self
