@@ -10,11 +10,11 @@ instead of failing half-way through a run.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 from agent.core.model import Finding, Unknown
 from agent.io.jsonfile import load_json_bytes
+from agent.io.programs import run_bounded
+from agent.io.trusted_exec import UntrustedProgram, find_program
 from agent.sources.host import NET_DIR, read_interface, read_pci_function, read_rdma_ports
 from checks.net_mtu import rule_matches
 from remediations import Action, ActionClass, AttrWrite, PlanContext, actuator, refused, target_value
@@ -22,6 +22,7 @@ from remediations.boot import BOOT_CONF, persist
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}\Z")  # IFNAMSIZ - 1, no '/'
 IP_TIMEOUT_S = 5.0
+IP_FOLDERS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")  # iproute2's, never a folder PATH adds
 
 
 def parse_mtu(raw: bytes) -> str:
@@ -34,14 +35,14 @@ def shown_mtu(old: bytes, value: str) -> bytes:
 
 def netlink_mtu_limits(name: str) -> tuple[int | None, int | None]:
     """(min_mtu, max_mtu) of a live interface from `ip -d -j link`; (None, None) if unknown."""
-    ip = shutil.which("ip")
-    if ip is None:
+    try:  # run as root: the program is trusted input (agent.io.trusted_exec), not whatever PATH says
+        ip = find_program("ip", IP_FOLDERS, "ip")
+    except UntrustedProgram:
         return None, None
+    ran = run_bounded([ip, "-d", "-j", "link", "show", "dev", name], timeout_s=IP_TIMEOUT_S, max_output=1 << 20)
     try:
-        proc = subprocess.run([ip, "-d", "-j", "link", "show", "dev", name], capture_output=True, text=True,
-                              timeout=IP_TIMEOUT_S, check=False)
-        (link,) = load_json_bytes(proc.stdout, what="ip link", max_bytes=1 << 20) if proc.returncode == 0 else [{}]
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        (link,) = load_json_bytes(ran.stdout, what="ip link", max_bytes=1 << 20) if ran.ok else [{}]
+    except ValueError:
         return None, None
     low, high = link.get("min_mtu"), link.get("max_mtu")
     return (low if isinstance(low, int) else None, high if isinstance(high, int) and high > 0 else None)

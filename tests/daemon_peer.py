@@ -136,7 +136,7 @@ def isolated_args(tmp: Path, args: tuple[str, ...], port: int) -> tuple[str, ...
 @contextlib.contextmanager
 def running_daemon(tmp: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None,
                    scheme: str = "http", context: ssl.SSLContext | None = None,
-                   ready: bool = True, defaults: bool = False) -> Iterator[DaemonProcess]:
+                   ready: bool = True, defaults: bool = False, cwd: Path = REPO) -> Iterator[DaemonProcess]:
     """`nodewarden daemon ARGS --listen 127.0.0.1:PORT`, stopped (SIGKILL if need be) at exit.
 
     Its state_dir is under `tmp` (isolated_args), and a change under /var/lib/nodewarden while it
@@ -148,7 +148,7 @@ def running_daemon(tmp: Path, *args: str, env: dict[str, str] | None = None, por
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "agent", "daemon", "--listen", f"127.0.0.1:{port}", *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             preexec_fn=_die_with_parent)  # noqa: PLW1509 - no threads fork here concurrently
     daemon = DaemonProcess(proc, f"{scheme}://127.0.0.1:{port}", log_path, context)

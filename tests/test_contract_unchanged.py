@@ -1,6 +1,6 @@
 """Issue 32: moving agent/ into its floors changes no contract users depend on. `nodewarden --help` and every
-subcommand's `--help`, and the JSON report of each simulated node (times aside), are what they were before
-the move: tests/contract/ holds them, recorded from the layout before (`python -m tests.test_contract_unchanged
+subcommand's `--help`, the JSON report of each simulated node (times aside) and the series and labels of a
+simulated daemon's /metrics (values aside) are what they were before the move: tests/contract/ holds them, recorded from the layout before (`python -m tests.test_contract_unchanged
 DIR` writes them from the checkout at DIR). A change that means to alter a contract rewrites these files in
 the same commit, which a reviewer then sees."""
 
@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.conftest import REPO
 
 RECORDED = REPO / "tests" / "contract"
 NODES = ("dgx-a100-healthy", "hgx-h100-drifted", "hgx-h100-healthy", "hgx-h100-nvsmi-import")
+METRIC_NODES = ("hgx-h100-drifted", "hgx-h100-healthy")
 TIMES = frozenset({"started_at", "duration_s"})
 # Walks the click tree in a child (the group lives where the checkout's layout puts it).
 HELP_WALK = """
@@ -64,11 +66,50 @@ def _run(tree: Path, *args: str) -> str:
     return done.stdout
 
 
+# A scrape's series whose label values are this process's or this machine's, not the contract: kept by name.
+PROCESS_SERIES = re.compile(r"^(process_|python_)")
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s")
+LABEL_VALUES_OF_THE_RUN = frozenset({"version", "pid", "hostname", "listen"})
+
+
+def metric_series(text: str) -> list[str]:
+    """Each sample of a scrape as its series: the name and its labels (values of the run's own labels
+    blanked), no sample value, no comment lines, sorted and unique."""
+    seen = set()
+    for line in text.splitlines():
+        match = SAMPLE.match(line)
+        if not match or line.startswith("#"):
+            continue
+        name, labels = match.group(1), match.group(2) or ""
+        if PROCESS_SERIES.match(name):
+            labels = ""
+        labels = re.sub(r'(\w+)="((?:[^"\\]|\\.)*)"',
+                        lambda m: f'{m.group(1)}="<run>"' if m.group(1) in LABEL_VALUES_OF_THE_RUN else m.group(0),
+                        labels)
+        seen.add(name + labels)
+    return sorted(seen)
+
+
+def daemon_scrape(tree: Path, node: str) -> str:
+    from tests.daemon_peer import running_daemon
+
+    with tempfile.TemporaryDirectory() as tmp, running_daemon(Path(tmp), "--simulate", node, cwd=tree) as daemon:
+        def settled() -> str | None:
+            status, body = daemon.scrape()
+            pending = [line for line in body.splitlines()
+                       if line.startswith("nodewarden_source_pending{") and not line.endswith(" 0.0")]
+            return body if status == 200 and "nodewarden_build_info{" in body and not pending else None
+
+        text: str = daemon.wait_for(settled, timeout=120, what="every source read")
+        return text
+
+
 def observe(tree: Path) -> dict[str, Any]:
     helps = json.loads(_run(tree, "-c", HELP_WALK))
     reports = {node: _untimed(json.loads(_run(tree, "-m", "agent", "audit", "--simulate", node, "--format", "json")),
                               tree) for node in NODES}
-    return {"help": helps, "reports": reports}
+    metrics = {node: metric_series(daemon_scrape(tree, node)) for node in METRIC_NODES}
+    return {"help": helps, "reports": reports, "metrics": metrics}
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +129,21 @@ def test_each_simulated_report_is_what_it_was(now: dict[str, Any], node: str) ->
     assert now["reports"][node] == recorded
 
 
+@pytest.mark.parametrize("node", METRIC_NODES)
+def test_each_simulated_daemons_series_and_labels_are_what_they_were(now: dict[str, Any], node: str) -> None:
+    recorded = json.loads((RECORDED / f"metrics-{node}.json").read_text())
+    assert {"gone": sorted(set(recorded) - set(now["metrics"][node])),
+            "new": sorted(set(now["metrics"][node]) - set(recorded))} == {"gone": [], "new": []}
+
+
+def test_the_series_of_a_scrape_are_its_names_and_labels() -> None:
+    scrape = ('# HELP x y\nnodewarden_gpu_temp_celsius{gpu="0",uuid="GPU-1"} 41.0\n'
+              'nodewarden_build_info{version="0.1.0",python="3.11"} 1.0\nprocess_cpu_seconds_total 0.5\n'
+              'nodewarden_gpu_temp_celsius{gpu="0",uuid="GPU-1"} 42.0\n')
+    assert metric_series(scrape) == ['nodewarden_build_info{version="<run>",python="3.11"}',
+                                      'nodewarden_gpu_temp_celsius{gpu="0",uuid="GPU-1"}', "process_cpu_seconds_total"]
+
+
 if __name__ == "__main__":
     source = Path(sys.argv[1]).resolve()
     seen = observe(source)
@@ -95,3 +151,5 @@ if __name__ == "__main__":
     (RECORDED / "help.json").write_text(json.dumps(seen["help"], indent=1, sort_keys=True) + "\n")
     for name, report in seen["reports"].items():
         (RECORDED / f"report-{name}.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    for name, series in seen["metrics"].items():
+        (RECORDED / f"metrics-{name}.json").write_text(json.dumps(series, indent=1) + "\n")

@@ -44,7 +44,8 @@ import json, sys, time
 from pathlib import Path
 from agent.policy.config import Config
 from agent.engine.audit import AuditRequest, run_audit
-from agent.apps.scheduler.state import DaemonStateFile, folder, read_decision
+from agent.apps.scheduler.state import DaemonStateFile, read_decision
+from agent.state.layout import scheduler_folder as folder
 state = Path(sys.argv[1])
 DaemonStateFile(state, {"host": 60.0, "nvml": 15.0}).update(
     run_audit(AuditRequest(config=Config(), simulate="hgx-h100-healthy")), time.time(), {})

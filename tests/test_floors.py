@@ -121,3 +121,46 @@ def test_checks_judge_facts_and_never_parse_records() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent.sources"):
                 found += [f"{name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("parse_")]
     assert found == []
+
+
+# Calls that start a program (or a shell). Type names such as subprocess.Popen in annotations are no call.
+STARTS_A_PROGRAM = {
+    "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},
+    "os": {"system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp",
+           "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe",
+           "spawnl", "spawnle", "spawnlp", "spawnlpe"},
+}
+# The one helper, and the load's guard: it runs isolated (`python -I`, standard library only) and cannot
+# import the helper. agent.apps.scheduler.oneshot forks a worker of our own through multiprocessing: not a
+# program, and not a call on this list.
+RUNS_PROGRAMS = {"agent.io.programs", "agent.apps.accept.load_guard"}
+
+
+def program_starts(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        func = node.func if isinstance(node, ast.Call) else None
+        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.attr in STARTS_A_PROGRAM.get(func.value.id, set())):
+            found.append(f"{func.value.id}.{func.attr} (line {node.lineno})")
+        if isinstance(node, ast.ImportFrom) and node.module in STARTS_A_PROGRAM:
+            found += [f"from {node.module} import {a.name}" for a in node.names
+                      if a.name in STARTS_A_PROGRAM[node.module]]
+    return found
+
+
+def test_every_program_is_run_through_the_one_bounded_helper() -> None:
+    """Issue 32.6: Slurm, the IPMI reader, accept's loads and probe, the event gate: all through
+    agent.io.programs (argv only, a session of its own, bounded in time and output)."""
+    found = []
+    for name, path in sorted(modules().items()):
+        if name not in RUNS_PROGRAMS:
+            found += [f"{name}: {call}" for call in program_starts(ast.parse(path.read_text(encoding="utf-8")))]
+    assert found == []
+
+
+def test_the_program_rule_sees_a_direct_start() -> None:
+    planted = "import os, subprocess\nfrom subprocess import check_output\nsubprocess.run(['x'])\nos.system('x')\n"
+    assert program_starts(ast.parse(planted)) == [
+        "from subprocess import check_output", "subprocess.run (line 3)", "os.system (line 4)"]
+    assert program_starts(ast.parse("import subprocess\np: subprocess.Popen[bytes] | None = None\n")) == []

@@ -274,8 +274,8 @@ def test_timer_runs_the_audit_every_15_minutes_and_catches_up() -> None:
 
 
 def test_the_gate_path_watches_the_file_the_daemon_writes_on_a_verdict_change() -> None:
-    from agent.apps.scheduler.daemon_dir import DAEMON_DIR
     from agent.apps.scheduler.state import VERDICT_FILE
+    from agent.state.daemon_dir import DAEMON_DIR
 
     path, gate, daemon = load(GATE_PATH), load(GATE), load(DAEMON)
     state_directory = one(daemon, "Service", "StateDirectory")

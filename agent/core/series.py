@@ -1,6 +1,6 @@
 """The acceptance recording: per-GPU series (by UUID) and per-node BMC series, and its steady-state view.
 
-Plain data, no I/O: the sampler fills it, checks/accept.py judges it, agent.apps.accept.store keeps it as
+Plain data, no I/O: the sampler fills it, checks/accept.py judges it, agent.state.acceptance keeps it as
 versioned, bounded JSON. `from_json` treats the file as hostile (a state dir a user could have
 filled): types, lengths and the number of GPUs and samples are bounded before anything loops.
 """

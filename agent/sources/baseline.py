@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.core.errors import NodewardenError
+from agent.state.layout import BASELINE_FILE
+from agent.state.layout import baseline_path as baseline_path_in
 
 if TYPE_CHECKING:
     from agent.core.facts import Baseline
@@ -27,7 +29,6 @@ class _HasSnapshot(Protocol):
 
 
 BASELINE_SCHEMA = "nodewarden.baseline/v1"
-BASELINE_FILE = "baseline.json"
 MAX_BASELINE_BYTES = 4 << 20  # 8 GPUs' baseline is ~5 KB
 
 
@@ -40,7 +41,7 @@ def baseline_path(node: _HasSnapshot, config: Config) -> Path:
     """Where this node's baseline lives: inside its snapshot, else in the state directory."""
     if node.snapshot is not None:
         return Path(node.snapshot.path) / BASELINE_FILE
-    return config.state_dir / BASELINE_FILE
+    return baseline_path_in(config.state_dir)
 
 
 def load_node_baseline(node: _HasSnapshot, config: Config) -> Baseline | Unknown:

@@ -33,6 +33,7 @@ from typing import Any
 from agent.core.facts import BmcFacts
 from agent.core.model import SourceStatus, Unknown
 from agent.io.jsonfile import load_json_bytes
+from agent.io.programs import PIPE, spawn, stop_group
 from agent.sources.ipmi_const import (
     DEFAULT_TIMEOUT_S,
     LOGIN_STEP,
@@ -148,9 +149,8 @@ class WorkerRun:
 
     def run(self, request: bytes) -> None:
         try:
-            proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, cwd=_PACKAGE_ROOT, env=self._environment(),
-                                    start_new_session=True)  # its own process group: killed as one
+            proc = spawn(self.command, stdin=PIPE, cwd=str(_PACKAGE_ROOT),
+                         env=self._environment())  # its own process group: killed as one
         except (OSError, ValueError) as exc:
             self.start_error = self._scrub(f"cannot start the IPMI reader process: {exc}")
             return
@@ -167,7 +167,7 @@ class WorkerRun:
                 if proc.returncode is None and not self._finished:
                     self.timed_out = True
         finally:
-            _stop(proc)
+            stop_group(proc, KILL_GRACE_S)
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
@@ -267,18 +267,3 @@ class WorkerRun:
 
     def _scrub(self, text: str) -> str:
         return text.replace(self.secret, "***") if self.secret else text
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """End the worker's process group: SIGTERM, then SIGKILL; reaped either way."""
-    if proc.poll() is not None:
-        return
-    # Not reaped yet, so its process group id is still its own.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()

@@ -39,6 +39,7 @@ from typing import Any
 from agent.core.errors import NodewardenError
 from agent.io.fsutil import fsync_dir, open_dir_nofollow, open_lock_file, replace_file, trusted_dir, write_all
 from agent.io.jsonfile import load_json_bytes, load_json_file
+from agent.state.layout import JOURNAL_DIR
 
 DEFAULT_STATE_DIR = Path("/var/lib/nodewarden")
 _RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
@@ -113,7 +114,7 @@ def _recorded_at(run_id: str, meta: dict[str, Any]) -> dt.datetime:
 class StateDir:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.journal = path / "journal"
+        self.journal = path / JOURNAL_DIR
 
     def ensure(self) -> None:
         """Check the state dir (and every parent) is safe; create it and journal/ (0700) if missing.
@@ -122,13 +123,13 @@ class StateDir:
         is or refused (exit 2 naming it), never chmod'ed.
         """
         self.path = trusted_dir(self.path, create=True)
-        self.journal = trusted_dir(self.path / "journal", create=True)
+        self.journal = trusted_dir(self.path / JOURNAL_DIR, create=True)
 
     def _checked(self) -> bool:
         """Check an existing state dir before reading it; False when there is none."""
         try:
             self.path = trusted_dir(self.path)
-            self.journal = trusted_dir(self.path / "journal")
+            self.journal = trusted_dir(self.path / JOURNAL_DIR)
         except FileNotFoundError:
             return False
         return True

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from agent.apps.accept.runners import TAIL_LINE_CHARS, CommandLoad
-from agent.apps.accept.store import MAX_RECORDING_BYTES, AcceptStore
 from agent.core.series import MAX_GPUS, SCHEMA
 from agent.io.fsutil import FileSafetyError
+from agent.state.acceptance import MAX_RECORDING_BYTES, AcceptStore
 
 GOOD_GPU: dict[str, Any] = {"uuid": "GPU-1", "index": 0, "series": {"t": [0.0], "power_w": [600.0]}}
 

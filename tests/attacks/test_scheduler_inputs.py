@@ -17,8 +17,9 @@ import pytest
 from agent.apps.scheduler.answer import Answer
 from agent.apps.scheduler.settings import HealthSettings
 from agent.apps.scheduler.slurm import act, reason_for
-from agent.apps.scheduler.state import accepted_since, read_state
+from agent.apps.scheduler.state import read_state
 from agent.apps.scheduler.trail import MAX_LINE, record
+from agent.state.acceptance import accepted_since
 
 NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))
 GOOD = {"schema": "nodewarden.health/v1", "verdict": "DRAIN", "gpus": {},

@@ -26,12 +26,12 @@ from agent.apps.accept.bmc import BmcPoller
 from agent.apps.accept.request import AcceptRequest
 from agent.apps.accept.runners import LoadError, LoadRunner, make_runner
 from agent.apps.accept.sampler import Sampler
-from agent.apps.accept.store import AcceptStore
 from agent.apps.accept.xid_log import KernelLogXids
 from agent.core.errors import AuditError
 from agent.core.model import SourceStatus, Status
 from agent.core.series import Recording
 from agent.report.model import Report
+from agent.state.acceptance import AcceptStore
 
 __all__ = ["AcceptOutcome", "AcceptRequest", "run_accept"]
 

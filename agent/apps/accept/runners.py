@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+from agent.io.programs import STDOUT, run_bounded, spawn, stop_group
 from agent.io.trusted_exec import UntrustedProgram, resolve_command, trusted_program, trusted_source
 from agent.io.trusted_input import check_folders
 
@@ -90,9 +90,8 @@ class CommandLoad(LoadRunner):
         guard = [sys.executable, "-I", str(GUARD), str(alive_read), f"{GUARD_GRACE_S:g}", "--", program,
                  *self.argv[1:]]
         try:
-            self.proc = subprocess.Popen(  # the operator's own argv, no shell
-                guard, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, env=self.env, close_fds=True, pass_fds=(alive_read,), cwd=self.cwd)
+            self.proc = spawn(guard, stderr=STDOUT, env=self.env, pass_fds=(alive_read,),  # the operator's argv
+                              cwd=self.cwd)
         except OSError as exc:
             os.close(self._alive)
             raise LoadError(f"load could not start: {self.argv[0]}: {exc.strerror or exc}") from None
@@ -131,19 +130,7 @@ class CommandLoad(LoadRunner):
         proc = self.proc
         if proc is None:
             return None
-        if proc.poll() is not None:
-            self._signal_group(signal.SIGKILL)  # children it left behind in its group
-            self._release_guard()
-            return "already ended"
-        self._signal_group(signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-            how = "stopped with SIGTERM"
-        except subprocess.TimeoutExpired:
-            self._signal_group(signal.SIGKILL)
-            proc.wait(timeout=10.0)
-            how = f"did not stop within {grace_s:g} s of SIGTERM: killed"
-        self._signal_group(signal.SIGKILL)
+        how = stop_group(proc, grace_s)  # "already ended" still kills what it left in its group
         self._release_guard()
         return how
 
@@ -152,13 +139,6 @@ class CommandLoad(LoadRunner):
             with contextlib.suppress(OSError):
                 os.close(self._alive)
             self._alive = None
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        """The load's own group only: its leader's pid is the group id (start_new_session)."""
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
-
 
 class TorchLoad(CommandLoad):
     """A matrix-multiply burn on every GPU (agent.apps.accept.torch_burn) in a child process, so a CUDA
@@ -205,12 +185,7 @@ class TorchLoad(CommandLoad):
     def _child_has_torch(self) -> bool:
         """Whether the isolated child would import torch: asked of the child's own view, not ours
         (our sys.path may hold the folder accept was started from)."""
-        try:
-            probe = subprocess.run([self.python, "-I", "-c", self.PROBE], env=dict(self.CHILD_ENV), cwd="/",
-                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return probe.returncode == 0
+        return run_bounded([self.python, "-I", "-c", self.PROBE], env=dict(self.CHILD_ENV), timeout_s=60).ok
 
 
 def make_runner(kind: str, argv: Sequence[str], seconds: float) -> LoadRunner:

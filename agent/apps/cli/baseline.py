@@ -27,13 +27,13 @@ import click
 from agent.apps.cli.options import source_options
 from agent.core.errors import EXIT_FAIL
 from agent.sources.baseline import (  # re-exported: the file format lives in the reader
-    BASELINE_FILE,
     BASELINE_SCHEMA,
     BaselineError,
     baseline_path,
     parse_baseline,
     read_document,
 )
+from agent.state.layout import BASELINE_FILE
 
 # agent.apps.cli.main imports this module for its command group: what `nodewarden --version` need not load
 # (facts, engine, sources) is imported inside the functions.

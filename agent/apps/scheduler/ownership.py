@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.apps.scheduler.slurm_cli import MAX_REASON, NodeState
-from agent.apps.scheduler.state import MAX_SMALL_BYTES, folder
+from agent.apps.scheduler.state import MAX_SMALL_BYTES
 from agent.core.errors import NodewardenError
 from agent.io.fsutil import replace_file
 from agent.io.jsonfile import JsonInputError, load_json_file
+from agent.state.layout import scheduler_folder
 
 PREFIX = "nodewarden:"
 MAX_USER = 64
@@ -49,7 +50,7 @@ def proven(state: NodeState, mark: Mark | None) -> bool:
 
 
 def _path(state_dir: Path, node: str, *, create: bool) -> Path:
-    return folder(state_dir, create=create) / f"drain-{node}.json"  # node names are validated: [A-Za-z0-9._-]
+    return scheduler_folder(state_dir, create=create) / f"drain-{node}.json"  # node names are validated: [A-Za-z0-9._-]
 
 
 def recall_mark(state_dir: Path, node: str) -> Mark | None:

@@ -23,10 +23,11 @@ from agent.apps.scheduler.ownership import mark_of, recall_mark, remember_mark
 from agent.apps.scheduler.policy import Plan, Seen, decide, hands_off, reason_for
 from agent.apps.scheduler.settings import MIN_UPDATE_S, Deadline, HealthSettings
 from agent.apps.scheduler.slurm_cli import Slurm, SlurmError
-from agent.apps.scheduler.state import accepted_since, folder
 from agent.apps.scheduler.trail import Memory, recall, remember
 from agent.core.errors import NodewardenError
 from agent.io.fsutil import open_lock_file
+from agent.state.acceptance import accepted_since
+from agent.state.layout import scheduler_folder
 
 __all__ = ["Decision", "act", "hands_off", "reason_for"]
 
@@ -64,7 +65,7 @@ def act(answer: Answer, node: str, settings: HealthSettings, *, dry_run: bool,
 
 @contextlib.contextmanager
 def _node_lock(settings: HealthSettings, node: str, deadline: Deadline | None) -> Iterator[None]:
-    fd = open_lock_file(folder(settings.state_dir, create=True) / f"gate-{node}.lock")  # names are validated
+    fd = open_lock_file(scheduler_folder(settings.state_dir, create=True) / f"gate-{node}.lock")  # names are validated
     try:
         until = time.monotonic() + (max(deadline.left() - MIN_UPDATE_S, 0.0) if deadline else NO_LOCK_S)
         while True:

@@ -14,18 +14,15 @@ killed at the timeout, at most MAX_OUTPUT bytes read, a failure reported as Slur
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import selectors
-import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.apps.scheduler.settings import MIN_UPDATE_S, SLURM_BIN_DIRS, Deadline, HealthSettings
+from agent.io import programs
 from agent.io.trusted_exec import UntrustedProgram, find_program
 
 # sinfo --json answers for the whole cluster whatever -n/-p says (Slurm 22.05), ~1.3 kB a node: 10k
@@ -171,55 +168,17 @@ def _find(name: str, folders: list[Path]) -> str:
 
 def run_bounded(argv: list[str], env: dict[str, str], timeout_s: float) -> str:
     """argv's stdout (at most MAX_OUTPUT bytes); SlurmError on a timeout, an exit other than 0, too much."""
-    started = time.monotonic()
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # argv, no shell
-                                stderr=subprocess.PIPE, env=env, start_new_session=True, close_fds=True)
-    except OSError as exc:
-        raise SlurmError(f"{Path(argv[0]).name}: cannot run: {exc}") from None
-    out, err = bytearray(), bytearray()
-    failure = None
-    with selectors.DefaultSelector() as sel:
-        assert proc.stdout is not None and proc.stderr is not None
-        sel.register(proc.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.stderr, selectors.EVENT_READ, err)
-        while sel.get_map():
-            left = timeout_s - (time.monotonic() - started)
-            if left <= 0:
-                failure = f"timed out after {timeout_s:g} s"
-                break
-            for key, _ in sel.select(left):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    continue
-                buffer: bytearray = key.data
-                buffer += chunk
-                if len(out) > MAX_OUTPUT or len(err) > MAX_OUTPUT:
-                    failure = f"answered more than {MAX_OUTPUT} bytes"
-                    break
-            if failure:
-                break
-    if failure:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        code = proc.wait(timeout=max(0.1, timeout_s - (time.monotonic() - started)))
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        code = proc.wait()
-        failure = failure or f"timed out after {timeout_s:g} s"
-    proc.stdout.close()
-    proc.stderr.close()
+    ran = programs.run_bounded(argv, timeout_s=timeout_s, env=env, max_output=MAX_OUTPUT)
     name = Path(argv[0]).name
+    if ran.code is None:
+        raise SlurmError(f"{name}: {ran.failure}")
     conf = env.get("SLURM_CONF") or "the default slurm.conf (/etc/slurm/slurm.conf)"
-    if failure:
-        raise SlurmError(f"{name} {argv[1] if len(argv) > 1 else ''}: {failure} (slurm.conf: {conf})")
-    if code != 0:
+    if ran.failure:
+        raise SlurmError(f"{name} {argv[1] if len(argv) > 1 else ''}: {ran.failure} (slurm.conf: {conf})")
+    if ran.code != 0:
         # scontrol's first line says it (a DNS lookup of the controller, a refused connection); what follows
         # repeats it per retry. Which slurm.conf it read is what to check next.
-        lines = [" ".join(line.split()) for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+        lines = [" ".join(line.split()) for line in ran.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
         first = lines[0][:200] if lines else "(nothing on stderr)"
-        raise SlurmError(f"{name} {argv[1] if len(argv) > 1 else ''}: exit {code}: {first} (slurm.conf: {conf})")
-    return out.decode("utf-8", "replace")
+        raise SlurmError(f"{name} {argv[1] if len(argv) > 1 else ''}: exit {ran.code}: {first} (slurm.conf: {conf})")
+    return ran.stdout.decode("utf-8", "replace")

@@ -23,54 +23,42 @@ Every write goes through agent.io.fsutil (atomic, owner-only folder); every read
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from agent.apps.scheduler.answer import Answer, SummaryError, parse_summary, summarise
-from agent.apps.scheduler.daemon_dir import DAEMON_DIR, has_daemon_dir, read_daemon_file
 from agent.apps.scheduler.settings import DEFAULT_MAX_AGE_S
 from agent.core.errors import NodewardenError
-from agent.io.fsutil import remove_temp_files, replace_file, trusted_dir
+from agent.io.fsutil import remove_temp_files, replace_file
 from agent.io.jsonfile import JsonInputError, load_json_bytes, load_json_file
 from agent.report.gpu_identity import GpuIdentity, gpu_identities, learn
 from agent.report.model import Report
+from agent.state.daemon_dir import has_daemon_dir, read_daemon_file
+from agent.state.layout import daemon_folder, scheduler_folder
 
 log = logging.getLogger("nodewarden.scheduler")
 
 STATE_FILE, DECISION_FILE, VERDICT_FILE = "daemon.json", "decision.json", "verdict.json"
 MAX_STATE_BYTES = 256 << 10
 MAX_SMALL_BYTES = 16 << 10
-MAX_ACCEPT_BYTES = 4 << 20  # last.json carries the run's drift too
 FUTURE_SLACK_S = 30.0  # a state file from further in the future than this is not believed
 REWRITE_EVERY_S = 5.0  # a steady node's state file is refreshed at most this often
 STALE_TEMP_S = 60.0  # a temporary daemon.json older than this is a killed daemon's, not a write in flight
 ACTIONS = ("drain", "resume", "none", "breaker")  # the decisions the daemon exports
 
 
-def folder(state_dir: Path, *, create: bool) -> Path:
-    # 0755: under the shipped unit the daemon (a dynamic user) reads decision.json here (issue 30.10).
-    return trusted_dir(trusted_dir(state_dir, create=create) / "scheduler", create=create,
-                       what="scheduler state folder", mode=0o755)
 
-
-def daemon_folder(state_dir: Path, *, create: bool) -> Path:
-    """Where daemon.json lives: STATE_DIR/daemon when systemd's StateDirectory= made it, else scheduler/."""
-    if has_daemon_dir(state_dir):
-        return trusted_dir(state_dir / DAEMON_DIR, what="daemon state folder")
-    return folder(state_dir, create=create)
 
 
 def _load_state(state_dir: Path) -> Any:
-    """daemon.json by the rule of the folder it is in (agent.apps.scheduler.daemon_dir)."""
+    """daemon.json by the rule of the folder it is in (agent.state.daemon_dir)."""
     if has_daemon_dir(state_dir):
         data = read_daemon_file(state_dir, STATE_FILE, MAX_STATE_BYTES)
         return load_json_bytes(data, max_bytes=MAX_STATE_BYTES, what="health-check state file")
-    return load_json_file(folder(state_dir, create=False) / STATE_FILE, max_bytes=MAX_STATE_BYTES,
+    return load_json_file(scheduler_folder(state_dir, create=False) / STATE_FILE, max_bytes=MAX_STATE_BYTES,
                           what="health-check state file")
 
 
@@ -211,14 +199,14 @@ def foreign_state(state_dir: Path, judged: str = "live") -> str | None:
 
 
 def write_decision(state_dir: Path, doc: dict[str, Any]) -> None:
-    replace_file(folder(state_dir, create=True) / DECISION_FILE, _dump(doc), 0o644)
+    replace_file(scheduler_folder(state_dir, create=True) / DECISION_FILE, _dump(doc), 0o644)
 
 
 def read_decision(state_dir: Path) -> tuple[float, str] | None:
     """(when, action) of health-check's last decision, for the daemon's metrics; None if none readable."""
     try:
         # The same folder rule as every other reader of the state folder (issue 30.12).
-        doc = load_json_file(folder(state_dir, create=False) / DECISION_FILE, max_bytes=MAX_SMALL_BYTES,
+        doc = load_json_file(scheduler_folder(state_dir, create=False) / DECISION_FILE, max_bytes=MAX_SMALL_BYTES,
                              what="health-check decision")
     except (OSError, JsonInputError, NodewardenError):
         return None
@@ -228,40 +216,3 @@ def read_decision(state_dir: Path) -> tuple[float, str] | None:
     if not isinstance(at, int | float) or isinstance(at, bool) or not 0 <= at < 1e11 or action not in ACTIONS:
         return None
     return float(at), str(action)
-
-
-def _iso_time(value: object) -> float | None:
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)).timestamp()
-
-
-def accepted_since(state_dir: Path, since: float) -> tuple[bool, str]:
-    """Whether `nodewarden accept` passed in a run that finished after `since` (Unix time), and why not.
-
-    The interface with agent.apps.accept: STATE_DIR/accept/last.json holds at least
-    {"passed": bool, "finished_at": ISO 8601}; anything else in it is ignored.
-    """
-    path = state_dir / "accept" / "last.json"
-    try:
-        if os.stat(path).st_uid not in (0, os.geteuid()):
-            return False, f"{path} is not root's"
-        doc = load_json_file(path, max_bytes=MAX_ACCEPT_BYTES, what="acceptance result")
-    except FileNotFoundError:
-        return False, "no acceptance run yet (nodewarden accept)"
-    except (OSError, JsonInputError) as exc:
-        return False, f"acceptance result unreadable: {exc}"
-    if not isinstance(doc, dict) or not isinstance(doc.get("passed"), bool):
-        return False, "acceptance result malformed"
-    finished = _iso_time(doc.get("finished_at"))
-    if finished is None:
-        return False, "acceptance result has no finished_at"
-    if not doc["passed"]:
-        return False, "the last acceptance run failed"
-    if finished < since:
-        return False, "no acceptance run since the drain"
-    return True, "a passing acceptance run since the drain"

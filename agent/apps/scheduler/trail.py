@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.apps.scheduler.state import MAX_SMALL_BYTES, folder
+from agent.apps.scheduler.state import MAX_SMALL_BYTES
 from agent.core.errors import NodewardenError
 from agent.io.fsutil import replace_file
 from agent.io.jsonfile import JsonInputError, load_json_file, read_bounded
+from agent.state.layout import scheduler_folder
 
 log = logging.getLogger("nodewarden.scheduler")
 
@@ -49,7 +50,7 @@ def record(state_dir: Path, entry: dict[str, Any]) -> str | None:
     log.log(level, "health-check %s: %s", entry.get("action"), entry.get("why", ""),
             extra={"fields": {"event": "health_check", **entry}})
     try:
-        path = folder(state_dir, create=True) / TRAIL_FILE
+        path = scheduler_folder(state_dir, create=True) / TRAIL_FILE
         try:
             old = read_bounded(path, MAX_BYTES).decode("ascii", "replace").splitlines()
         except FileNotFoundError:
@@ -81,7 +82,7 @@ class Memory:
 
 
 def _memory_path(state_dir: Path, node: str, *, create: bool) -> Path:
-    return folder(state_dir, create=create) / f"slurm-{node}.json"  # node names are validated: [A-Za-z0-9._-]
+    return scheduler_folder(state_dir, create=create) / f"slurm-{node}.json"  # node names are validated: [A-Za-z0-9._-]
 
 
 def recall(state_dir: Path, node: str) -> Memory:

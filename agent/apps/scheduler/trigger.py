@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from agent.apps.scheduler.state import VERDICT_FILE, daemon_folder
+from agent.apps.scheduler.state import VERDICT_FILE
 from agent.core.errors import NodewardenError
+from agent.io.programs import run_bounded
+from agent.state.layout import daemon_folder
 
 log = logging.getLogger("nodewarden.scheduler")
 
@@ -48,19 +48,13 @@ def stamp(state_dir: Path) -> Stamp | None:
 
 def run_once(argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
     """One event gate as its own process (its own session: a run over its limit dies whole)."""
-    try:
-        proc = subprocess.Popen(list(argv), cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    except OSError as exc:
-        return -1, f"could not start the gate: {exc}"
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+    ran = run_bounded(argv, timeout_s=timeout_s, merge_stderr=True, keep_tail=True, max_output=MAX_OUTPUT)
+    if ran.code is None:
+        return -1, f"could not start the gate: {ran.failure}"
+    if ran.failure:
         return -9, f"the gate ran past {timeout_s:g} s and was killed"
-    text = out[-MAX_OUTPUT:].decode("utf-8", "replace").strip()
-    return proc.returncode, text.splitlines()[-1] if text else ""
+    text = ran.stdout.decode("utf-8", "replace").strip()
+    return ran.code, text.splitlines()[-1] if text else ""
 
 
 def follow(state_dir: Path, argv: Sequence[str], stop: threading.Event, *, timeout_s: float,
