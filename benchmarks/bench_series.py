@@ -46,14 +46,7 @@ def audit_text(node: str) -> str:
 
 def daemon_text(node: str) -> str:
     with tempfile.TemporaryDirectory() as tmp, running_daemon(Path(tmp), "--simulate", node) as daemon:
-        def settled() -> str | None:
-            status, body = daemon.scrape()
-            pending = [line for line in body.splitlines()
-                       if line.startswith("nodewarden_source_pending{") and not line.endswith(" 0.0")]
-            return body if status == 200 and "nodewarden_build_info{" in body and not pending else None
-
-        text: str = daemon.wait_for(settled, timeout=60, what="every source read")
-        return text
+        return daemon.settled_scrape()
 
 
 def main() -> int:

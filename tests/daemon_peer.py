@@ -84,6 +84,17 @@ class DaemonProcess:
         raise AssertionError(f"timed out waiting for {what} (last: {last!r}); log: "
                              f"{self.log_path.read_text()[-3000:]}")
 
+    def settled_scrape(self, timeout: float = 60.0) -> str:
+        """One /metrics scrape once every source has been read (none pending): the steady state."""
+        def settled() -> str | None:
+            status, body = self.scrape()
+            pending = [line for line in body.splitlines()
+                       if line.startswith("nodewarden_source_pending{") and not line.endswith(" 0.0")]
+            return body if status == 200 and "nodewarden_build_info{" in body and not pending else None
+
+        text: str = self.wait_for(settled, timeout=timeout, what="every source read")
+        return text
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> float:
         """Send `sig`, wait for the exit; returns how long it took."""
         start = time.monotonic()

@@ -94,14 +94,7 @@ def daemon_scrape(tree: Path, node: str) -> str:
     from tests.daemon_peer import running_daemon
 
     with tempfile.TemporaryDirectory() as tmp, running_daemon(Path(tmp), "--simulate", node, cwd=tree) as daemon:
-        def settled() -> str | None:
-            status, body = daemon.scrape()
-            pending = [line for line in body.splitlines()
-                       if line.startswith("nodewarden_source_pending{") and not line.endswith(" 0.0")]
-            return body if status == 200 and "nodewarden_build_info{" in body and not pending else None
-
-        text: str = daemon.wait_for(settled, timeout=120, what="every source read")
-        return text
+        return daemon.settled_scrape(timeout=120)
 
 
 def observe(tree: Path) -> dict[str, Any]:
