@@ -4,7 +4,7 @@ Targets: `nodewarden --version` <= 1.5x (issue #2) and the one-shot
 `nodewarden audit --simulate hgx-h100-drifted --format json` <= 3.0x (issue #16; every check,
 GPU ones included) the time of `python -c "import click"`, medians of repeated runs interleaved in
 one process. Also checks that the simulated audit imports no NVML, Redfish, IPMI, HTTP or metrics
-library (tests/test_startup_imports.py pins the same by module name).
+library (tests/unit/engine/test_startup_imports.py pins the same by module name).
 
 Each run is timed twice: wall clock, and the CPU time (user + system) the child used, from
 `getrusage`. On a machine shared with other work the wall time includes waiting for a core; the

@@ -48,7 +48,7 @@ def overlay_etc(scratch: Path) -> None:
 def ansible_main(config: str, state: str, playbook_path: Path, work: Path) -> None:
     """The Ansible module remediating the live namespace: check mode, apply, re-run, then CLI rollback."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.test_ansible import module_result, playbook
+    from tests.integration.test_ansible import module_result, playbook
 
     seen: dict[str, Any] = {"before": observe()}
     run = playbook(work, playbook_path, "--check", "--diff")

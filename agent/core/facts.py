@@ -46,6 +46,7 @@ from agent.core.facts_nvml import (
     XidEvent,
     gpu_activity,
 )
+from agent.core.history import History
 from agent.core.model import SourceStatus, Unknown, Unsupported
 
 __all__ = [  # what callers import from here: this module's records and those of facts_base/_nvml/_bmc
@@ -279,6 +280,7 @@ class HostFacts:
     iommu: Maybe[IommuFacts] = NOT_READ
     swap_total_kb: Maybe[int] = NOT_READ  # KiB of active swap areas, /proc/swaps (0: swap off)
     pci_links: Maybe[bool] = True  # Unsupported: this view of PCI has no link speeds/widths (lspci -nn)
+    boot_id: Maybe[str] = NOT_READ  # /proc/sys/kernel/random/boot_id: which boot the ledger files an incident under
 
     @property
     def kernel_params(self) -> Maybe[dict[str, str | None]]:
@@ -324,6 +326,8 @@ class NodeFacts:
     observed_at: dt.datetime | None = None  # when the node was read (a snapshot's captured_at)
     baseline: Maybe[Baseline] = NO_BASELINE  # the node's recorded baseline (agent.apps.cli.baseline)
     binding: BmcBinding | None = None  # None: not judged (facts built by hand): the BMC is taken as the host's
+    # The node's ledger within the longest rule window (issue 33; agent.engine.history); None: no ledger read.
+    history: History | None = None
 
 
 def parse_kernel_cmdline(cmdline: str) -> dict[str, str | None]:

@@ -6,7 +6,7 @@ https://docs.nvidia.com/Xid-Catalog.xlsx (sheets "Xids", "XID 144-150 Decode", "
 Version transcribed: the page as read on 2026-12-01. The page carries no revision date of its own;
 that version's rows end at Xid 172 (UNCORRECTABLE_SRAM_ERROR), its newest "introduced" driver is
 R575 (CUDA 12.9), and its NVLink5 decode has the V1 (< R575) and V2 (>= R575) IntrInfo layouts.
-When NVIDIA adds codes, add rows here; `tests/test_xid.py` proves the table has no gap.
+When NVIDIA adds codes, add rows here; `tests/unit/checks/test_xid.py` proves the table has no gap.
 
 Columns of `_XIDS`: code | mnemonic | NVIDIA's "Resolution Bucket (Immediate Action)", verbatim
 ("-" where the catalogue leaves it empty or gives prose) | nodewarden's action | severity | what it is.

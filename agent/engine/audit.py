@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.core.binding import bind_bmc
 from agent.core.errors import AuditError
@@ -59,7 +60,12 @@ from agent.sources.node import (
 )
 from agent.sources.registry import BMC, HOST, KMSG, NVML
 from agent.sources.source import NOT_IN_SNAPSHOT, ReadOptions
+from agent.state.layout import DAEMON_DIR, LEDGER_FILE
 from checks import Check, all_checks, run_checks
+from checks.history import rules_of
+
+if TYPE_CHECKING:  # a session is built by the caller: a one-shot audit without a ledger never imports sqlite3
+    from agent.engine.history import HistorySession
 
 # Checks about the audit itself: kept under --only unless skipped by name.
 ALWAYS_CHECKS = ("profile.match", "source.available")
@@ -211,14 +217,37 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
     from agent.sources.baseline import load_node_baseline
 
     baseline = load_node_baseline(node, config)
-    report = evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0,
-                      baseline=baseline)
+    history = _node_history(node, config)
+    try:
+        report = evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0,
+                          baseline=baseline, history=history)
+    finally:
+        if history is not None:
+            history.close()
     if node.snapshot is not None and "inputs" in node.snapshot.meta:  # an import: each source names its inputs
         for source, names in snapshot_feeds(node.snapshot).items():
             if source in report.sources and names:
                 report.sources[source].detail["inputs"] = names
         attach_evidence(report.findings, snapshot_evidence(node.snapshot))
     return report
+
+
+def _node_history(node: NodeSource, config: Config) -> HistorySession | None:
+    """The ledger a one-shot audit reads (never writes): a snapshot's copy, or the live node's own. None
+    when there is none, so a node without history is judged exactly as before (and sqlite3 is not loaded)."""
+    import os
+
+    if node.snapshot is not None:
+        candidates = [node.snapshot.path / LEDGER_FILE]
+    else:
+        candidates = [config.state_dir / DAEMON_DIR / LEDGER_FILE, config.state_dir / LEDGER_FILE]
+    if not any(os.path.lexists(c) for c in candidates):
+        return None
+    from agent.engine.history import HistorySession
+
+    if node.snapshot is not None:
+        return HistorySession.of_file(candidates[0])
+    return HistorySession.open(config.state_dir, source="audit", writable=False)
 
 
 def _bind(request: AuditRequest, store: ProfileStore, host: HostFacts, nvml: NvmlFacts | Unknown,
@@ -279,10 +308,12 @@ def choose_profile(request: AuditRequest, store: ProfileStore, host: HostFacts,
 def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host: HostFacts,
              nvml: NvmlFacts | Unknown, kmsg: tuple[KmsgRecord, ...] | Unknown, bmc: BmcFacts | Unknown,
              sources: dict[str, SourceStatus], started: dt.datetime, read_s: float,
-             baseline: Baseline | Unknown = NO_BASELINE, waivers: Sequence[Waiver] | None = None) -> Report:
+             baseline: Baseline | Unknown = NO_BASELINE, waivers: Sequence[Waiver] | None = None,
+             history: HistorySession | None = None) -> Report:
     """Facts already read -> checks -> waivers -> report. The daemon calls this on its cached facts.
 
     `waivers`: already loaded (the daemon keeps its last good ones); None reads the config's file.
+    `history`: the node's ledger (agent.engine.history): incidents recorded, history judged; None: none.
     """
     t0 = time.monotonic()
     config = request.config
@@ -297,6 +328,8 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
         problems=identity.problems, misfit=forced_misfit(profile, identity) if selection.how == "forced" else "",
         id_conflicts=identity.id_conflicts,
     ), binding=binding))
+    if history is not None:
+        facts = history.observe(facts, rules_of(profile))
     checks = [c for c in select_checks(all_checks(), request.only, request.skip) if c.input == "facts"]
     # A source that was not asked for (not in the snapshot, not configured) is
     # reported once by source.available; its checks produce nothing.
@@ -308,6 +341,8 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
         waivers = load_waivers(config.waivers_file, (c.id for c in all_checks()))
     if waivers:
         findings = apply_waivers(findings, list(waivers), request.today or dt.date.today())
+    if history is not None:
+        history.remember(findings, facts)
     return Report(
         node=bmc_node_info(bmc, node, identity) if bmc_alone and isinstance(bmc, BmcFacts) else {
             **node_info(host, node), "bmc_binding": binding.state},

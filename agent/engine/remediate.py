@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import logging
 import os
 import signal
 from collections.abc import Iterator
@@ -50,6 +51,8 @@ from remediations import (
     planners,
 )
 from remediations.targets import LiveTarget, SnapshotTarget
+
+log = logging.getLogger("nodewarden.remediate")
 
 REMEDIATION_SCHEMA = "nodewarden.remediation/v1"
 CLASS_ORDER = (ActionClass.SAFE, ActionClass.DISRUPTIVE, ActionClass.REBOOT)
@@ -356,6 +359,8 @@ def _remediate(request: RemediationRequest, target: HostTarget, store: ProfileSt
         result.run_id = run_id
         apply(request, target, actions, journal)
         _record(journal, {"phase": "finished"})
+        if request.audit.simulate is None and request.audit.snapshot is None:  # a live node's own history
+            _remember_remediation(request.state_dir, run_id, actions)
     # A reboot-class change is staged, not fixed: its finding stays until the reboot.
     fixed = {(a.finding, a.finding_subject) for a in actions
              if a.outcome is Outcome.APPLIED and a.action_class is not ActionClass.REBOOT}
@@ -363,6 +368,20 @@ def _remediate(request: RemediationRequest, target: HostTarget, store: ProfileSt
         if (finding.check, finding.subject) in fixed:
             result.findings.append({**finding.to_json(), "status": Status.FIXED.value})
     return result
+
+
+def _remember_remediation(state_dir: Path, run_id: str, actions: list[Action]) -> None:
+    """The run's applied actions into the node's ledger (history.node counts them: node_churn)."""
+    applied = [a for a in actions if a.outcome is Outcome.APPLIED]
+    if not applied:
+        return
+    from agent.engine.history import action_incident, record_action
+
+    unwritten = record_action(state_dir, action_incident(
+        "remediation", "remediate", run_id, ", ".join(sorted({a.finding for a in applied}))[:200],
+        "; ".join(f"{a.id} {a.finding_subject}" for a in applied)[:500]))
+    if unwritten:
+        log.warning("the ledger did not record remediation run %s: %s", run_id, unwritten)
 
 
 @dataclass

@@ -489,6 +489,22 @@ def open_lock_file(path: str | Path) -> int:
     return fd
 
 
+def create_private_file(path: str | Path) -> None:
+    """A new empty file, mode 0600, for a program that then opens it by name and updates it in place (the
+    ledger's SQLite): never through a link, never over an existing file (O_EXCL|O_NOFOLLOW), never
+    wider than 0600 whatever the umask. The folder must already be trusted (agent.state.layout)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY, 0o600)
+    except OSError as exc:
+        raise _os_error(exc, os.fspath(path), "create") from None
+    try:
+        os.fchmod(fd, 0o600)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(os.path.dirname(os.fspath(path)) or ".")
+
+
 def open_dir_nofollow(path: str | Path) -> int:
     """A descriptor of the folder itself (to flock it); a symlink in its place is refused."""
     try:

@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agent.core.facts import BmcFacts, NvmlFacts
+from agent.core.history import History
 from agent.core.model import Unknown
 
 # The server lives in agent.io.metrics_server (issue 21); re-exported for the daemon and older imports.
@@ -77,6 +78,8 @@ class NodeMetrics:
         pci_gpus = host.nvidia_gpus if host is not None and isinstance(host.nvidia_gpus, tuple) else ()
         families.append(xid_family(self.xid_counts, nvml if isinstance(nvml, NvmlFacts) else None,
                                    tuple(sorted(g.address for g in pci_gpus))))
+        if self.report is not None:
+            families += history_families(self.report)
         return families
 
     def render(self) -> bytes:
@@ -282,6 +285,36 @@ def firmware_family(nvml: NvmlFacts | None, bmc: BmcFacts | None) -> Metric:
         for gpu in nvml.gpus:
             add(f"gpu{gpu.index}.vbios", gpu.vbios)
     return info
+
+
+def history_families(report: Report) -> list[Metric]:
+    """The ledger's counts and the history rules that fire now (issue 33.5); none without a ledger.
+
+    nodewarden_incidents_total counts incidents recorded since the ledger began (retention removes rows,
+    never counts), so `increase()` over it is what happened; nodewarden_repeat_offender is, per rule,
+    how many GPUs (or 1 for the node) meet it now, 0 for a rule that does not fire.
+    """
+    history = getattr(report.facts, "history", None) if report.facts is not None else None
+    if not isinstance(history, History):
+        return []
+    total = CounterMetricFamily("nodewarden_incidents", "Incidents the ledger recorded, by kind", labels=["kind"])
+    last = GaugeMetricFamily("nodewarden_last_incident_timestamp_seconds",
+                             "When the newest incident of the kind happened (Unix time)", labels=["kind"])
+    for kind, count, newest in history.totals:
+        total.add_metric([kind], count)
+        last.add_metric([kind], newest)
+    fired: dict[str, set[str]] = {rule: set() for rule in history.rules}
+    for finding in report.findings:
+        if finding.check.startswith("history.") and isinstance(finding.observed, list):
+            for item in finding.observed:
+                if isinstance(item, dict) and isinstance(item.get("rule"), str):
+                    fired.setdefault(item["rule"], set()).add(finding.subject)
+    offender = GaugeMetricFamily("nodewarden_repeat_offender",
+                                 "GPUs (or 1 for the node) a history rule fires for now, 0 when none",
+                                 labels=["rule"])
+    for rule, subjects in sorted(fired.items()):
+        offender.add_metric([rule], len(subjects))
+    return [total, last, offender]
 
 
 def xid_family(counts: dict[tuple[str, int], int], nvml: NvmlFacts | None, pci_gpus: tuple[str, ...] = ()) -> Metric:

@@ -37,7 +37,7 @@ VERDICTS = (OK, DEGRADED, DRAIN)  # in order of badness
 # Actions that mean the node cannot run jobs as it is: a critical failure asking for one drains.
 DRAIN_ACTIONS = frozenset({
     "drain", "reset_gpu", "reset_fabric", "reboot", "contact_support", "reseat", "reseat_or_contact_support",
-    "check_cooling", "check_link", "check_cabling", "start_fabric_manager",
+    "check_cooling", "check_link", "check_cabling", "start_fabric_manager", "inspect_hardware", "field_diagnostics",
 })
 DRAIN_ACTION_PREFIXES = ("replace_",)  # replace_psu, replace_fan, replace_gpu, ...
 REMEDIATE, REVIEW, NOT_JUDGED = "remediate", "review", "not judged"

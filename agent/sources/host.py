@@ -89,6 +89,18 @@ def parse_bracketed(text: str) -> str:
     return match.group(1)
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_BOOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def parse_boot_id(text: str) -> str:
+    """The kernel's boot UUID (lower-case 8-4-4-4-12 hex); anything else is no boot id."""
+    value = text.strip().lower()
+    if not _BOOT_ID_RE.fullmatch(value):
+        raise ValueError(text[:80])
+    return value
+
+
 def parse_uptime(text: str) -> float:
     """/proc/uptime's first field: seconds, finite, 0 to a century (inf, nan or 1e308 is not an uptime)."""
     value = finite((text.split(maxsplit=1) or [""])[0], low=0, high=MAX_UPTIME_S)
@@ -468,7 +480,7 @@ def absent_host_facts(reason: str) -> HostFacts:
     return HostFacts(
         hostname=gone, kernel_release=gone, sysctl={}, thp_enabled=gone, thp_defrag=gone, numa_nodes=gone,
         cmdline=gone, dmi={}, secure_boot=gone, nvidia_driver=gone, pci=gone, modules=gone, interfaces=gone,
-        cpu=CpuFacts(gone, gone, gone, gone, gone), uptime_s=gone,
+        cpu=CpuFacts(gone, gone, gone, gone, gone), uptime_s=gone, boot_id=gone,
     )
 
 
@@ -502,4 +514,5 @@ def read_host_facts(fs: FsRoot, sysctl_keys: Iterable[str] = ()) -> HostFacts:
         pcie_acs=read_acs_above(fs, pci, rdma),
         iommu=read_iommu(fs, cmdline),
         swap_total_kb=read_swap_total_kb(fs),
+        boot_id=read_value(fs, BOOT_ID, parse_boot_id),
     )

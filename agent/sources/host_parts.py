@@ -25,6 +25,7 @@ HOST_PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "modules": (("proc/modules",), ("modules",)),
     "driver": (("proc/driver/nvidia",), ("nvidia_driver",)),
     "uptime": (("proc/uptime",), ("uptime_s",)),
+    "boot_id": (("proc/sys/kernel/random/boot_id",), ("boot_id",)),
     "sysctl": (("proc/sys/vm", "proc/sys/net", "proc/sys/kernel/numa_balancing"), ("sysctl",)),
     "thp": ((THP_DIR.lstrip("/"),), ("thp_enabled", "thp_defrag")),
     "net": (("sys/class/net",), ("interfaces",)),

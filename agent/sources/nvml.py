@@ -52,7 +52,7 @@ from agent.sources.nvml_replay import (
 )
 
 CallTimeout = DeadlineExceeded  # the name this module's deadline error had; one class now
-_to_jsonable = to_jsonable  # imported by name in tests/test_baseline.py
+_to_jsonable = to_jsonable  # imported by name in tests/unit/checks/test_baseline.py
 _from_jsonable = from_jsonable
 
 

@@ -3,8 +3,8 @@
 The recorded backend (`nvml_replay.RecordedNvml`) answers with these constants,
 structures and exception classes, so an audit of a snapshot never loads the
 binding (`pynvml` costs ~15 ms to import, and ctypes.util with it). Every value
-here is the C enum's, identical to nvidia-ml-py's; tests/test_nvml_poll_calls.py
-compares them with the real binding, and tests/test_contract_pynvml.py checks
+here is the C enum's, identical to nvidia-ml-py's; tests/unit/sources/test_nvml_poll_calls.py
+compares them with the real binding, and tests/integration/test_contract_pynvml.py checks
 every name the agent uses exists there.
 
 The exception classes mirror pynvml's: `NVMLError(code)` constructs the

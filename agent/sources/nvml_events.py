@@ -32,6 +32,7 @@ MATCH_WINDOW_S = 30.0  # an event and a kernel-log Xid this close (same GPU and 
 MAX_PENDING = 256  # event Xids kept for matching and judging: a storming GPU cannot grow memory
 MAX_ERRORS = 20  # consecutive failed waits before the thread gives up (the kernel log still follows)
 XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
+EVENT_XID_NOTE = "reported through the NVML event set"  # the text of an event Xid the log has not shown yet
 CLOCK_POWER_EVENTS = 0x10 | 0x80  # nvmlEventTypeClock, nvmlEventTypePowerSourceChange
 CLOCK_EVENT_GAP_S = 2.0  # clock events come in bursts under load: passed on at most this often (each polls NVML)
 
@@ -84,7 +85,7 @@ class XidLedger:
         """The event Xids the kernel log has not shown, as the driver's own kernel-log lines."""
         with self._lock:
             pending = [(bus, code, at) for bus, code, at, matched in self._events if not matched]
-        return tuple(KmsgRecord(f"NVRM: Xid (PCI:{bus}): {code}, reported through the NVML event set", 3, None, at)
+        return tuple(KmsgRecord(f"NVRM: Xid (PCI:{bus}): {code}, {EVENT_XID_NOTE}", 3, None, at)
                      for bus, code, at in pending)
 
 

@@ -119,7 +119,7 @@ class Source:
 
     # The three hooks below have no default: a source reads live and recorded (or overrides `read`,
     # as host and kmsg do, whose live and recorded reads are one parser over another root) and records
-    # itself. tests/test_source_registry.py checks every registered source provides them.
+    # itself. tests/unit/sources/test_source_registry.py checks every registered source provides them.
     def read_live(self, node: NodeView, options: ReadOptions) -> tuple[Any, dict[str, SourceStatus]]:
         raise NotImplementedError(f"source {self.name!r} has no live read")
 

@@ -13,6 +13,7 @@
       daemon/                  systemd's StateDirectory= for the daemon's own user (agent.state.daemon_dir)
         daemon.json, verdict.json
       accept/                  acceptance: last.json, baseline.json, runs/RUN.json (agent.state.acceptance)
+      ledger.db (+ -wal, -shm) the node's history, in daemon/ when systemd made it, else here (agent.state.ledger)
 
 Who reads a file by a rule of its own reads a file nobody checked: every module that opens something in
 STATE_DIR asks here for the folder, by name.
@@ -29,10 +30,12 @@ JOURNAL_DIR = "journal"
 SCHEDULER_DIR = "scheduler"
 ACCEPT_DIR = "accept"
 BASELINE_FILE = "baseline.json"
+LEDGER_FILE = "ledger.db"  # SQLite (agent.state.ledger); named here so a node without one never loads sqlite3
 ACCEPT_RESULT_FILE = "last.json"
 
-__all__ = ["ACCEPT_DIR", "ACCEPT_RESULT_FILE", "BASELINE_FILE", "DAEMON_DIR", "JOURNAL_DIR", "SCHEDULER_DIR",
-           "accept_folder", "baseline_path", "daemon_folder", "scheduler_folder", "state_folder"]
+__all__ = ["ACCEPT_DIR", "ACCEPT_RESULT_FILE", "BASELINE_FILE", "DAEMON_DIR", "JOURNAL_DIR", "LEDGER_FILE",
+           "SCHEDULER_DIR",
+           "accept_folder", "baseline_path", "daemon_folder", "ledger_folder", "scheduler_folder", "state_folder"]
 
 
 def state_folder(state_dir: Path, *, create: bool) -> Path:
@@ -51,6 +54,15 @@ def daemon_folder(state_dir: Path, *, create: bool) -> Path:
     if has_daemon_dir(state_dir):
         return trusted_dir(state_dir / DAEMON_DIR, what="daemon state folder")
     return scheduler_folder(state_dir, create=create)
+
+
+def ledger_folder(state_dir: Path, *, create: bool) -> Path:
+    """Where ledger.db lives: the folder every writer can write. Under the shipped unit the daemon runs as
+    systemd's DynamicUser and owns STATE_DIR/daemon; root's writers (health-check, accept, remediate) write
+    its ledger there too (SQLite gives the journal files the database's owner when root writes)."""
+    if has_daemon_dir(state_dir):
+        return trusted_dir(state_dir / DAEMON_DIR, what="daemon state folder")
+    return state_folder(state_dir, create=create)
 
 
 def accept_folder(state_dir: Path, *, create: bool) -> Path:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import RunCli
-from tests.test_fleet import finding, report
-from tests.test_fleet_accept import NOW, accept_report
+from tests.unit.apps.test_fleet import finding, report
+from tests.unit.apps.test_fleet_accept import NOW, accept_report
 
 
 def _nested(depth: int) -> Any:

@@ -22,10 +22,10 @@ import pytest
 
 from agent.core.model import Unknown
 from agent.sources.ipmi import read_ipmi_live, read_ipmi_recorded
+from tests.attacks.test_hostile_bmc import audit as bmc_audit
 from tests.conftest import RunCli
 from tests.peers.hostile_redfish import hostile_bmc
 from tests.peers.ipmi_sim import IpmiSim, ipmi_sim_fixture  # noqa: F401  (the session's shared simulator)
-from tests.test_hostile_bmc import audit as bmc_audit
 
 REPO = Path(__file__).resolve().parents[2]
 CHASSIS = "/redfish/v1/Chassis/1"
@@ -222,7 +222,7 @@ def test_a_non_finite_temperature_in_the_facts_is_unknown_not_a_pass(reading: fl
     from agent.core.facts import BmcTemperature
     from agent.policy.profiles import ProfileStore
     from checks.bmc_health import TEMPERATURES
-    from tests.test_checks_bmc import healthy_bmc, node
+    from tests.unit.checks.test_checks_bmc import healthy_bmc, node
 
     sensors = (BmcTemperature("GPU3 Temp", reading, None, 87.0, 92.0, "Enabled", "OK", "GPU"),)
     (finding,) = TEMPERATURES.run(node(healthy_bmc(temperatures=sensors)), ProfileStore().profile("hgx-h100-sxm"))

@@ -1,7 +1,7 @@
 """Bytes that are not UTF-8 where nodewarden expects text (issue 21, item 10): shown escaped, never a crash.
 
 A recording (or a kernel attribute) holding a stray byte must give a clear plan, not "internal
-error" (exit 3). apply-boot's case lives with its other tests in tests/test_boot_apply.py.
+error" (exit 3). apply-boot's case lives with its other tests in tests/unit/engine/test_boot_apply.py.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from agent.io.log import redact
+from tests.attacks.test_hostile_bmc import audit, report_of
 from tests.peers.hostile_redfish import TOKEN, hostile_bmc
-from tests.test_hostile_bmc import audit, report_of
 
 ISSUE = 'pa"ss\\word$x'  # the password of the bug report
 UNICODE = 'pässwörd"€\\ü-Zz'  # JSON writes it as \u00e4... (and the library's mask cuts it at the quote)

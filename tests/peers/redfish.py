@@ -15,7 +15,7 @@ Plain context managers (usable from benchmarks and other fixtures):
     with silent_listener() as (host, port): ...                     # accepts, never answers
 
 Pytest fixtures (import them into a test module to use them there, and name them in the module's
-`__all__` so that ruff's F401 accepts the import; see tests/test_redfish_peers.py):
+`__all__` so that ruff's F401 accepts the import; see tests/integration/test_redfish_peers.py):
     redfish_peers         function scope, a RedfishPeers whose peers stop at test teardown
     redfish_peers_module  the same, module scope
 
@@ -107,7 +107,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-_die_with_parent = processes.die_with_parent  # for tests/daemon_peer.py and tests/test_daemon.py's own Popen
+_die_with_parent = processes.die_with_parent  # for tests/daemon_peer.py and tests/integration/test_daemon.py's own Popen
 
 
 def _spawn(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:

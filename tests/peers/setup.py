@@ -41,21 +41,21 @@ class SystemTool:
 
 
 SYSTEM_TOOLS = (
-    SystemTool("ipmi_sim", "openipmi", "tests/test_ipmi.py (OpenIPMI BMC simulator)"),
-    SystemTool("sdrcomp", "openipmi", "tests/test_ipmi.py (SDR compiler)"),
+    SystemTool("ipmi_sim", "openipmi", "tests/integration/test_ipmi.py (OpenIPMI BMC simulator)"),
+    SystemTool("sdrcomp", "openipmi", "tests/integration/test_ipmi.py (SDR compiler)"),
     SystemTool("ipmitool", "ipmitool", "poking the simulator by hand"),
-    SystemTool("promtool", "prometheus", "tests/test_monitoring_rules.py (alert rule tests)"),
-    SystemTool("prometheus", "prometheus", "tests/test_monitoring.py, tests/test_daemon.py (real scrapes)"),
-    SystemTool("prometheus-alertmanager", "prometheus-alertmanager", "tests/test_alerting.py (inhibition, grouping)"),
-    SystemTool("amtool", "prometheus-alertmanager", "tests/test_alerting.py (alertmanager.yml check)"),
-    SystemTool("chromium", "chromium", "tests/test_fleet.py (opens the HTML report headless)"),
-    SystemTool("systemd-analyze", "systemd", "tests/test_systemd_units.py (verify, security)"),
-    SystemTool("ip", "iproute2", "tests/test_remediate_netns.py (network namespaces)"),
-    SystemTool("slurmctld", "slurmctld", "tests/test_scheduler_slurm.py (a one-node Slurm cluster)"),
-    SystemTool("slurmd", "slurmd", "tests/test_scheduler_slurm.py (runs HealthCheckProgram)"),
-    SystemTool("scontrol", "slurm-client", "tests/test_scheduler_slurm.py (drain, resume)"),
-    SystemTool("sinfo", "slurm-client", "tests/test_scheduler_slurm.py (reasons, the breaker's count)"),
-    SystemTool("munged", "munge", "tests/test_scheduler_slurm.py (Slurm's authentication)"),
+    SystemTool("promtool", "prometheus", "tests/integration/test_monitoring_rules.py (alert rule tests)"),
+    SystemTool("prometheus", "prometheus", "tests/integration/test_monitoring.py, tests/integration/test_daemon.py (real scrapes)"),
+    SystemTool("prometheus-alertmanager", "prometheus-alertmanager", "tests/integration/test_alerting.py (inhibition, grouping)"),
+    SystemTool("amtool", "prometheus-alertmanager", "tests/integration/test_alerting.py (alertmanager.yml check)"),
+    SystemTool("chromium", "chromium", "tests/unit/apps/test_fleet.py (opens the HTML report headless)"),
+    SystemTool("systemd-analyze", "systemd", "tests/integration/test_systemd_units.py (verify, security)"),
+    SystemTool("ip", "iproute2", "tests/integration/test_remediate_netns.py (network namespaces)"),
+    SystemTool("slurmctld", "slurmctld", "tests/integration/test_scheduler_slurm.py (a one-node Slurm cluster)"),
+    SystemTool("slurmd", "slurmd", "tests/integration/test_scheduler_slurm.py (runs HealthCheckProgram)"),
+    SystemTool("scontrol", "slurm-client", "tests/integration/test_scheduler_slurm.py (drain, resume)"),
+    SystemTool("sinfo", "slurm-client", "tests/integration/test_scheduler_slurm.py (reasons, the breaker's count)"),
+    SystemTool("munged", "munge", "tests/integration/test_scheduler_slurm.py (Slurm's authentication)"),
 )
 
 

@@ -246,6 +246,14 @@ def run_accept(request: AcceptRequest) -> AcceptOutcome:
     last = store.save_last({"passed": passed, "finished_at": recording.finished_at, "interrupted": interrupted,
                             "baseline": baseline.run_id if baseline is not None else None, "run": run_id,
                             "profile": profile.name, "drift": drift})
+    from agent.engine.history import action_incident, record_action
+
+    unwritten = record_action(store.state_dir, action_incident(
+        "accept", "accept", "passed" if passed else "failed", run_id,
+        f"acceptance run {run_id} {'passed' if passed else 'failed'} (profile {profile.name})",
+        severity="info" if passed else "warning"))
+    if unwritten:
+        recording.notes.append(f"the ledger did not record this run: {unwritten}")
     report.extra["acceptance"] = {"run": run_id, "passed": passed, "baseline": baseline.run_id if baseline else None,
                                   "became_baseline": became, "compared_with": compared_with,
                                   "finished_at": recording.finished_at, "load": recording.load,

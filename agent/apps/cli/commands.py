@@ -139,11 +139,26 @@ def snapshot_capture(simulate: str | None, snapshot: Path | None, config_path: P
             return copy_snapshot(node.snapshot, target)
         store = ProfileStore(config.profile_dirs, config.overrides_file)
         keys = sorted({k for name in store.names() for k in store.profile(name).sysctl_keys})
-        return capture_live(target, keys, bmc=bmc_options(config, bmc))
+        done = capture_live(target, keys, bmc=bmc_options(config, bmc))
+        history.append(_capture_ledger(config.state_dir, target, redacted=bool(kinds)))
+        return done
 
+    history: list[str] = []
     with os_errors_as_exits("capture"):  # ENOSPC, EIO: exit 1; never "internal error"
         captured = capture_archive(out, capture, kinds) if is_archive(out) else capture(out)
     click.echo(f"captured {', '.join(captured)} into {out}")
+    for why in history:
+        click.echo(f"ledger: {why}")
+
+
+def _capture_ledger(state_dir: Path, target: Path, *, redacted: bool) -> str:
+    """The node's ledger into a live capture (`audit --snapshot` then judges its history); said either way."""
+    if redacted:  # a database file cannot be redacted line by line: a redacted archive goes without it
+        return "left out of a redacted archive (send `nodewarden ledger export` output, redacted, instead)"
+    from agent.engine.history import copy_ledger
+    from agent.state.layout import LEDGER_FILE
+
+    return copy_ledger(state_dir, target / LEDGER_FILE) or f"copied as {LEDGER_FILE}"
 
 
 @snapshot.command("import")

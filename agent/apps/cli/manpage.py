@@ -1,7 +1,7 @@
 """The man page, written from click's command tree: `python -m agent.apps.cli.manpage > docs/nodewarden.1`.
 
 Every command, its usage line, help and options come from the same objects `--help` prints, so
-the page cannot drift from the program (tests/test_cli_ux.py fails when the committed page
+the page cannot drift from the program (tests/unit/apps/test_cli_ux.py fails when the committed page
 differs from what this writes). No date in the page: the same tree always gives the same bytes.
 """
 

@@ -130,6 +130,7 @@ LAZY_COMMANDS = {
     "baseline": ("agent.apps.cli.baseline", "baseline"),  # it imports agent.apps.cli.main only inside its functions
     "accept": ("agent.apps.cli.accept", "accept"),
     "health-check": ("agent.apps.cli.health_check", "health_check"),
+    "ledger": ("agent.apps.cli.ledger", "ledger"),
     **{name: ("agent.apps.cli.commands", attribute) for name, attribute in (
         ("profiles", "profiles"), ("snapshot", "snapshot"), ("remediate", "remediate"), ("rollback", "rollback"),
         ("daemon", "daemon"), ("fleet", "fleet"), ("install", "install_command"),

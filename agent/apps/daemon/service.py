@@ -50,6 +50,7 @@ from agent.core.errors import NodewardenError
 from agent.core.facts import Baseline, BmcFacts, HostFacts, KmsgRecord, NvmlFacts
 from agent.core.model import SourceStatus, Status, Unknown, Unsupported
 from agent.engine.audit import AuditRequest, choose_profile, evaluate
+from agent.engine.history import HistorySession
 from agent.io import sdnotify
 from agent.io.credentials import BmcOptions
 from agent.policy.config import Config
@@ -126,6 +127,7 @@ class Daemon:
         self._last_published: dict[str, float] = {}
         self._confirmed_at = 0.0  # when the facts were last judged or last confirmed unchanged
         self._gate: Gate = gate(request.config.state_dir, settings.intervals)  # health-check's state file, metrics
+        self._history: HistorySession | None = None  # the node's ledger, opened at the first evaluation
         self.server = MetricsServer(settings.server, lambda: self._body, self._freshness)
 
     @property
@@ -293,8 +295,17 @@ class Daemon:
         if self._events is not None and not isinstance(kmsg, Unknown):  # event Xids the log has not shown yet
             kmsg = (*kmsg, *self._xid_ledger.records())
         started = dt.datetime.now(dt.timezone.utc)
+        # The ledger of the state folder the daemon started with (a snapshot replay's is its own). A
+        # simulated node keeps none: a shipped recording, the same at every start, has no history, and
+        # its daemon judges exactly as its one-shot audit does.
+        if self._history is None and self.request.simulate is None:
+            self._history = HistorySession.open(self.request.config.state_dir, source="daemon", writable=True)
         report = evaluate(judging.request, judging.store, self.node, host, nvml, kmsg, bmc, sources, started, 0.0,
-                          baseline=judging.baseline, waivers=judging.waivers)
+                          baseline=judging.baseline, waivers=judging.waivers, history=self._history)
+        ledger = report.sources.get("ledger")
+        if ledger is not None and ledger.ok:  # read (and written) at each evaluation, not by a poller
+            with self._lock:
+                self._last_success["ledger"] = time.time()
         self._sysctl_keys = tuple(judging.store.profile(report.profile).sysctl_keys)
         return report
 
@@ -551,6 +562,8 @@ class Daemon:
             self._events.stop()
         if self._nvml is not None:
             self._nvml.close()
+        if self._history is not None:
+            self._history.close()
         self.server.stop()
         return 0
 

@@ -2,7 +2,7 @@
 """Write a 256-byte IPMI FRU image (common header + board + product area) to argv[1].
 
 Adapted from the project recipe /work/shared/peers/ipmi/mkfru.py (shared/peers/README.md section 3b).
-The names are those of a GPU server; tests/test_ipmi.py expects them (see FRU_* in tests/peers/ipmi_sim.py).
+The names are those of a GPU server; tests/integration/test_ipmi.py expects them (see FRU_* in tests/peers/ipmi_sim.py).
 """
 
 import sys
