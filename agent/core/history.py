@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from agent.core.counters import Sample
+
 # What an incident is. Rules name kinds, so these are part of the profile format.
 KINDS = ("xid", "sxid", "ecc", "remap", "pcie", "nvlink", "bmc_event", "psu", "kernel_event", "fault",
          "remediation", "drain", "resume", "accept", "rule", "clear")
@@ -81,3 +83,4 @@ class History(NamedTuple):
     # (kind, incidents recorded since the ledger began, the newest one's time): the metrics' counters
     totals: tuple[tuple[str, int, float], ...] = ()
     rules: tuple[str, ...] = ()  # the profile's history rules judged over it (each is a metric, fired or not)
+    samples: tuple[Sample, ...] = ()  # GPU counter samples for the rates (agent.core.counters)

@@ -63,6 +63,7 @@ from agent.sources.source import NOT_IN_SNAPSHOT, ReadOptions
 from agent.state.layout import DAEMON_DIR, LEDGER_FILE
 from checks import Check, all_checks, run_checks
 from checks.history import rules_of
+from checks.history_counters import counter_rules_of
 
 if TYPE_CHECKING:  # a session is built by the caller: a one-shot audit without a ledger never imports sqlite3
     from agent.engine.history import HistorySession
@@ -329,7 +330,7 @@ def evaluate(request: AuditRequest, store: ProfileStore, node: NodeSource, host:
         id_conflicts=identity.id_conflicts,
     ), binding=binding))
     if history is not None:
-        facts = history.observe(facts, rules_of(profile))
+        facts = history.observe(facts, rules_of(profile), counter_rules_of(profile))
     checks = [c for c in select_checks(all_checks(), request.only, request.skip) if c.input == "facts"]
     # A source that was not asked for (not in the snapshot, not configured) is
     # reported once by source.available; its checks produce nothing.

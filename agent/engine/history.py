@@ -19,7 +19,9 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from agent.core.counters import CounterRule, samples_of
 from agent.core.facts import NodeFacts
+from agent.core.facts_nvml import NvmlFacts
 from agent.core.history import GpuRef, History, Incident, digest
 from agent.core.history_rules import Rule
 from agent.core.model import Finding, Severity, SourceStatus, Status
@@ -110,7 +112,8 @@ class HistorySession:
         if removed:
             log.info("ledger: %d incidents past retention removed", removed)
 
-    def observe(self, facts: NodeFacts, rules: Sequence[Rule], *, now: float | None = None) -> NodeFacts:
+    def observe(self, facts: NodeFacts, rules: Sequence[Rule], counter_rules: Sequence[CounterRule] = (), *,
+                now: float | None = None) -> NodeFacts:
         """`facts` with `history` filled and the ledger's status in `sources` (see the module docstring)."""
         started = time.monotonic()
         now = time.time() if now is None else now
@@ -118,14 +121,21 @@ class HistorySession:
         until = facts.observed_at.timestamp() if facts.observed_at is not None else now
         if self.writable:
             self.record(incidents_from_facts(facts, boot_id=boot, source=self.source, now=now), now=now)
+            if isinstance(facts.nvml, NvmlFacts) and self.ledger is not None:
+                try:
+                    self.ledger.record_samples(samples_of(facts.nvml.gpus, until, boot))
+                except LedgerError as exc:
+                    log.warning("ledger: counters not written: %s", exc)
         history: History | None = None
         if self.ledger is not None:
             span = max((r.window_s for r in rules), default=0.0)
             try:
                 held = self._held(until - span, until + 60, sticky=any(r.sticky for r in rules)) if rules else ()
                 totals = tuple((kind, n, last) for kind, (n, last) in sorted(self.ledger.totals().items()))
+                rates = max((r.window_s for r in counter_rules), default=0.0)
+                samples = self.ledger.samples(until - rates, until + 60) if counter_rules else ()
                 history = History(held, until - span, until, boot, self.ledger.note, totals,
-                                  tuple(r.name for r in rules))
+                                  (*(r.name for r in rules), *(r.name for r in counter_rules)), samples)
             except LedgerError as exc:
                 self.error = str(exc)
                 self.ledger = None

@@ -311,7 +311,7 @@ def _compile_match(data: Mapping[str, Any]) -> MatchRule:
 
 
 # Sections that hold lookup tables, not expectations.
-TABLES = {("gpu", "xid"), ("history",)}  # history: rules (checks/history.py), not comparisons
+TABLES = {("gpu", "xid"), ("history",), ("counters",)}  # rules (checks/history*.py), not comparisons
 
 # Keys people put under sysctl that are not sysctls, with where they live instead.
 NOT_SYSCTLS = {

@@ -28,8 +28,9 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from agent.core.counters import COUNTERS, MAX_VALUE, Sample
 from agent.core.errors import EXIT_CANNOT_RUN, NodewardenError
-from agent.core.history import KINDS, GpuRef, Incident, cut
+from agent.core.history import KINDS, MAX_TEXT, GpuRef, Incident, cut
 from agent.io.fsutil import create_private_file
 from agent.state.layout import LEDGER_FILE
 
@@ -64,11 +65,16 @@ _SCHEMA = (
     # Incidents recorded per kind since the ledger began, and the newest one's time: what the
     # nodewarden_incidents_total counter shows (retention removes rows, never these counts).
     "CREATE TABLE totals (kind TEXT PRIMARY KEY, count INTEGER NOT NULL, last_ts REAL NOT NULL)",
+    # A GPU's monotonic counters, one sample per board, counter and UTC day (the day's last reading):
+    # what rates are computed from (agent.core.counters).
+    """CREATE TABLE counters (
+        key TEXT NOT NULL, counter TEXT NOT NULL, day TEXT NOT NULL, ts REAL NOT NULL, value INTEGER NOT NULL,
+        boot_id TEXT NOT NULL DEFAULT '', PRIMARY KEY (key, counter, day))""",
 )
 # Every object a ledger of ours holds (sqlite_autoindex_* come with UNIQUE and PRIMARY KEY TEXT).
 _OBJECTS = {("table", "incidents"), ("index", "incidents_ts"), ("index", "incidents_kind"), ("table", "meta"),
             ("table", "totals"), ("index", "sqlite_autoindex_incidents_1"), ("index", "sqlite_autoindex_meta_1"),
-            ("index", "sqlite_autoindex_totals_1")}
+            ("index", "sqlite_autoindex_totals_1"), ("table", "counters"), ("index", "sqlite_autoindex_counters_1")}
 _COLUMNS = ("ts", "recorded", "boot_id", "source", "kind", "code", "subcode", "gpu_index", "gpu_uuid",
             "gpu_serial", "subject", "severity", "detail", "digest")
 
@@ -297,6 +303,7 @@ class Ledger:
             with _transaction(self._conn):
                 removed += self._conn.execute(
                     "DELETE FROM incidents WHERE ts < ? AND kind NOT IN ('rule', 'clear')", (cutoff,)).rowcount
+                self._conn.execute("DELETE FROM counters WHERE ts < ?", (cutoff - 2 * 86400,))
             while self._size() > max_bytes * 3 // 4:
                 with _transaction(self._conn):
                     gone = self._conn.execute(
@@ -362,6 +369,31 @@ class Ledger:
         except BaseException:
             out.unlink(missing_ok=True)
             raise
+
+    def record_samples(self, samples: Iterable[Sample]) -> int:
+        """Counter samples in: the newest reading of each board, counter and UTC day is kept."""
+        rows = [(cut(s.key), s.counter, time.strftime("%Y-%m-%d", time.gmtime(s.ts)), float(s.ts), int(s.value),
+                 cut(s.boot_id)) for s in samples if s.counter in COUNTERS and 0 <= s.value < MAX_VALUE]
+        if not rows:
+            return 0
+        with self._lock, _locked(self), _transaction(self._conn):
+            self._conn.executemany(
+                "INSERT INTO counters (key, counter, day, ts, value, boot_id) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (key, counter, day) DO UPDATE SET ts = excluded.ts, value = excluded.value, "
+                "boot_id = excluded.boot_id WHERE excluded.ts >= counters.ts", rows)
+        return len(rows)
+
+    def samples(self, since: float, until: float | None = None) -> tuple[Sample, ...]:
+        """Counter samples from `since` (and the day before it, the base of a rate); hostile rows skipped."""
+        with self._lock, _locked(self):
+            rows = self._conn.execute(
+                "SELECT ts, key, counter, value, boot_id FROM counters WHERE ts >= ? AND ts <= ? ORDER BY ts LIMIT ?",
+                (since - 2 * 86400, until if until is not None else 1e18, MAX_ROWS_READ)).fetchall()
+        return tuple(Sample(float(ts), str(key), str(counter), value, str(boot))
+                     for ts, key, counter, value, boot in rows
+                     if isinstance(ts, float | int) and not isinstance(ts, bool) and isinstance(key, str)
+                     and isinstance(boot, str) and counter in COUNTERS and isinstance(value, int)
+                     and not isinstance(value, bool) and 0 <= value < MAX_VALUE and len(key) <= MAX_TEXT)
 
     def totals(self) -> dict[str, tuple[int, float]]:
         """kind -> (incidents recorded since the ledger began, the newest one's time); hostile rows skipped."""

@@ -24,7 +24,7 @@ from tests.factories import exp, gpu, host, iface, nic, node, profile
 EXPECTED_IDS = {
     "host.sysctl", "host.thp.enabled", "host.thp.defrag", "host.numa.balancing", "host.numa.affinity",
     "net.mtu", "host.cpu.governor", "host.cpu.cstates", "host.cpu.offline", "bmc.power_cap", "bmc.voltages", "host.kernel.cmdline", "host.kernel.events",
-    "history.gpu", "history.node",
+    "history.gpu", "history.node", "history.counters",
     "host.secureboot", "host.swap",
     "accept.load", "accept.power", "accept.temperature.spread", "accept.thermal.resistance", "accept.thermal.siblings",
     "accept.clocks.events", "accept.clocks.sm", "accept.memory.temperature", "accept.psu", "accept.errors",
