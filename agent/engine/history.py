@@ -80,6 +80,10 @@ class HistorySession:
         except (LedgerError, OSError) as exc:
             return cls(None, source=source, writable=False, error=str(exc))
 
+    @property
+    def usable(self) -> bool:
+        return self.ledger is not None
+
     def close(self) -> None:
         if self.ledger is not None:
             self.ledger.close()
@@ -136,9 +140,9 @@ class HistorySession:
                 samples = self.ledger.samples(until - rates, until + 60) if counter_rules else ()
                 history = History(held, until - span, until, boot, self.ledger.note, totals,
                                   (*(r.name for r in rules), *(r.name for r in counter_rules)), samples)
-            except LedgerError as exc:
+            except LedgerError as exc:  # this evaluation goes without history; the next may try again
                 self.error = str(exc)
-                self.ledger = None
+                self.close()
         facts.history = history
         facts.sources["ledger"] = self.status(time.monotonic() - started)
         return facts

@@ -77,6 +77,7 @@ EVALUATE_AT_MOST_EVERY_S = 1.0
 # pending until it answers instead of holding back every other finding.
 FIRST_PUBLISH_POLLERS = ("host", "nvml")
 FIRST_PUBLISH_GRACE_S = 1.0  # how long the first publish waits for the other pollers at most
+LEDGER_RETRY_S = 300.0  # a ledger that could not be opened is tried again this often (not at every poll)
 
 
 def _outcome(result: PollResult) -> list[tuple[str, bool, bool, str | None]]:
@@ -128,6 +129,7 @@ class Daemon:
         self._confirmed_at = 0.0  # when the facts were last judged or last confirmed unchanged
         self._gate: Gate = gate(request.config.state_dir, settings.intervals)  # health-check's state file, metrics
         self._history: HistorySession | None = None  # the node's ledger, opened at the first evaluation
+        self._history_tried = 0.0
         self.server = MetricsServer(settings.server, lambda: self._body, self._freshness)
 
     @property
@@ -298,7 +300,10 @@ class Daemon:
         # The ledger of the state folder the daemon started with (a snapshot replay's is its own). A
         # simulated node keeps none: a shipped recording, the same at every start, has no history, and
         # its daemon judges exactly as its one-shot audit does.
-        if self._history is None and self.request.simulate is None:
+        if self.request.simulate is None and (self._history is None or (
+                not self._history.usable and time.monotonic() - self._history_tried > LEDGER_RETRY_S)):
+            # a ledger locked or refused at one evaluation is tried again, at most every LEDGER_RETRY_S
+            self._history_tried = time.monotonic()
             self._history = HistorySession.open(self.request.config.state_dir, source="daemon", writable=True)
         report = evaluate(judging.request, judging.store, self.node, host, nvml, kmsg, bmc, sources, started, 0.0,
                           baseline=judging.baseline, waivers=judging.waivers, history=self._history)

@@ -243,6 +243,14 @@ def build_report(
         ),
     }
 
+    # Nodes and boards the history rules call repeat offenders: the pattern, with its count and window.
+    met = sorted(((n.node, *repeat) for n in nodes for repeat in n.repeats),
+                 key=lambda r: (-r[4], r[0], r[1], r[2]))[:MAX_REPEAT_ROWS]
+    repeat_offenders: list[dict[str, Any]] = [
+        {"node": node, "subject": subject, "gpu": key or None, "rule": rule, "count": count, "window": window,
+         "first": first or None, "last": last or None}
+        for node, rule, subject, key, count, window, first, last in met]
+
     not_audited = sorted(
         ({"node": n.node, "sources": dict(n.down)} for n in nodes if n.down),
         key=lambda r: (-len(r["sources"]), r["node"]),
@@ -284,6 +292,9 @@ def build_report(
         "not_audited": not_audited,
         "baselines": baselines,
     }
+    if repeat_offenders:  # as acceptance: a fleet without any ledger history reports as before
+        fleet["summary"]["repeat_offender_nodes"] = sum(1 for n in nodes if n.repeats)
+        fleet["repeat_offenders"] = repeat_offenders
     if accepts or accept_reports:
         fleet["acceptance"] = accept_section([n.node for n in nodes], accepts or {}, accept_reports, options.now,
                                              options.acceptance_stale_after)
@@ -291,6 +302,7 @@ def build_report(
     return fleet
 
 
+MAX_REPEAT_ROWS = 500  # repeat offenders listed, worst first; the summary counts every node
 MAX_SIGNATURE_NODES = 20  # nodes named per failure signature; the rest are counted
 
 

@@ -55,6 +55,8 @@ class NodeSummary:
     sources_down: dict[str, str]  # source -> error
     rows: list[FindingRow] = field(default_factory=list)  # every finding (only kept for CSV)
     has_baseline: bool = False  # the node was judged against its recorded baseline
+    # history rules met (checks/history*.py): (rule, subject, GPU key, count, window, first, last)
+    repeats: list[tuple[str, str, str, int, str, str, str]] = field(default_factory=list)
 
     @property
     def compliant(self) -> bool:
@@ -99,6 +101,7 @@ def summarize_report(data: Any, source: str, keep_rows: bool = False) -> NodeSum
     xids: Counter[int] = Counter()
     waivers: list[FindingRow] = []
     rows: list[FindingRow] = []
+    repeats: list[tuple[str, str, str, int, str, str, str]] = []
     has_baseline = False
     for item in findings:
         if not isinstance(item, dict) or not isinstance(item.get("check"), str):
@@ -133,6 +136,8 @@ def summarize_report(data: Any, source: str, keep_rows: bool = False) -> NodeSum
             firmware[FIRMWARE_CHECKS[check] or f"bmc {subject}"].add(observed)
         elif check == "gpu.temperature" and isinstance(observed, (int, float)) and not isinstance(observed, bool):
             temperatures[subject] = float(observed)
+        elif check.startswith("history.") and status in ("fail", "warn") and waiver is None:
+            repeats.extend(_repeats(subject, observed))
         elif check == "gpu.xid" and isinstance(observed, dict):
             for code, count in observed.items():
                 if str(code).isdigit() and isinstance(count, int):
@@ -159,7 +164,26 @@ def summarize_report(data: Any, source: str, keep_rows: bool = False) -> NodeSum
         down,
         rows,
         has_baseline,
+        repeats[:MAX_REPEATS],
     )
+
+
+MAX_REPEATS = 32  # history firings kept per node: more is a node to look at by hand anyway
+
+
+def _repeats(subject: str, observed: Any) -> list[tuple[str, str, str, int, str, str, str]]:
+    """The rules a history finding met, from its `observed` (hostile: only well-formed items, cut)."""
+    out = []
+    for item in observed if isinstance(observed, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("rule"), str):
+            continue
+        count = item.get("count", item.get("increase"))
+        if not isinstance(count, int) or isinstance(count, bool):
+            continue
+        out.append((item["rule"][:64], subject[:64], str(item.get("key") or "")[:64], count,
+                    str(item.get("window") or "")[:16], str(item.get("first") or "")[:32],
+                    str(item.get("last") or "")[:32]))
+    return out
 
 
 class NodeRecord:
@@ -183,6 +207,7 @@ class NodeRecord:
         "model",
         "node",
         "profile",
+        "repeats",
         "severity",
         "slots",
         "source",
@@ -218,6 +243,7 @@ class NodeRecord:
                               r.status, r.severity) for r in summary.waivers)
         self.down = tuple(summary.sources_down.items())
         self.has_baseline = summary.has_baseline
+        self.repeats = tuple(summary.repeats)
         self.drifting = (tuple((r.subject, r.status, r.severity, r.message) for r in summary.failing
                                if r.check == BASELINE_CHECK) if summary.has_baseline else ())
         self.csv: tuple[int, int] | None = None  # (offset, length) of its CSV rows in the spool

@@ -242,6 +242,16 @@ def iter_md(fleet: dict[str, Any]) -> Iterator[str]:
             ],
         )
     )
+    if fleet.get("repeat_offenders"):
+        parts.append(
+            "## Repeat offenders\n\nNodes and GPUs (by serial) a history rule of the node's ledger fires for: a "
+            "fault that keeps coming back, counted in the rule's window.\n\n"
+            + _md_table(
+                ["node", "subject", "GPU", "rule", "count", "window", "first", "last"],
+                [[r["node"], r["subject"], r["gpu"] or "", r["rule"], r["count"], r["window"], r["first"] or "",
+                  r["last"] or ""] for r in fleet["repeat_offenders"]],
+            )
+        )
     parts.append(
         "## Missing and stale reports\n\n"
         + _md_table(
@@ -446,6 +456,11 @@ def iter_html(fleet: dict[str, Any], batch: int = 2000) -> Iterator[str]:
             ],
             {0, 1, 2},
         ),
+        *(['<h2 id="repeat">Repeat offenders</h2>', _table(
+            ["node", "subject", "GPU", "rule", "count", "window", "first", "last"],
+            [[_node_link(r["node"]), _e(r["subject"]), _e(r["gpu"] or ""), _e(r["rule"]), str(r["count"]),
+              _e(r["window"]), _e(r["first"] or ""), _e(r["last"] or "")] for r in fleet["repeat_offenders"]],
+            {4})] if fleet.get("repeat_offenders") else []),
         '<h2 id="stale">Missing and stale reports</h2>',
         _table(
             ["node", "state", "last report"],
