@@ -23,14 +23,13 @@ from typing import Any
 
 from agent.core.facts import NodeFacts
 from agent.core.facts_nvml import NvmlFacts
-from agent.core.history import GpuRef, History
+from agent.core.history import KINDS, GpuRef, History
 from agent.core.history_rules import RULE_NAME, SCOPES, Firing, Rule, evaluate_rules, parse_rules
 from agent.core.model import Finding, Severity, Status
 from agent.policy.profiles import Profile
 from checks import Check
 
-_KIND_ENUM = ["xid", "sxid", "ecc", "remap", "pcie", "nvlink", "bmc_event", "psu", "kernel_event", "fault",
-              "remediation", "drain", "resume", "accept"]
+_KIND_ENUM = [k for k in KINDS if k not in ("rule", "clear")]  # a rule's memory and a clear are the ledger's own
 _RULE = {
     "type": "object", "additionalProperties": False,
     "required": ["window", "count", "severity", "reason"],

@@ -15,8 +15,9 @@ from agent.core.counters import Sample
 
 # What an incident is. Rules name kinds, so these are part of the profile format.
 KINDS = ("xid", "sxid", "ecc", "remap", "pcie", "nvlink", "bmc_event", "psu", "kernel_event", "fault",
-         "remediation", "drain", "resume", "accept", "rule", "clear")
+         "remediation", "drain", "resume", "decision", "accept", "rule", "clear")
 MAX_TEXT = 500  # a subject or detail longer than this is cut: a ledger row is evidence, not a log
+MAX_DETAIL = 2048  # a detail may hold one health-check decision's JSON line (scheduler.trail.MAX_LINE)
 
 
 class GpuRef(NamedTuple):
@@ -68,8 +69,8 @@ def digest(*parts: object) -> str:
                           ).hexdigest()[:32]
 
 
-def cut(text: str) -> str:
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 class History(NamedTuple):

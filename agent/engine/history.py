@@ -68,7 +68,10 @@ class HistorySession:
             return cls(None, source=source, writable=False, error=str(exc))
         if ledger.note:
             log.warning("%s", ledger.note, extra={"fields": {"event": "ledger_rebuilt"}})
-        return cls(ledger, source=source, writable=writable)
+        session = cls(ledger, source=source, writable=writable)
+        if session.writable:  # pruned at most hourly by whichever writer comes (a health-check run, the daemon)
+            session._pruned_at = ledger.last_pruned()
+        return session
 
     @classmethod
     def of_file(cls, path: Path, *, source: str = "audit") -> HistorySession:

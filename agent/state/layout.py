@@ -6,7 +6,6 @@
       scheduler/               0755: the health-check's files; the daemon (a dynamic user) reads decision.json
         daemon.json            the daemon's verdict when it runs as root (no daemon/ below)
         decision.json          health-check's last decision
-        decisions.jsonl        its audit trail
         slurm-NODE.json        what it drained a node for (agent.apps.scheduler.trail)
         drain-NODE.json        the proof that a drain is its own (agent.apps.scheduler.ownership)
         gate-NODE.lock         one gate at a time per node

@@ -20,6 +20,7 @@ from agent.apps.scheduler.slurm import act, reason_for
 from agent.apps.scheduler.state import read_state
 from agent.apps.scheduler.trail import MAX_LINE, record
 from agent.state.acceptance import accepted_since
+from agent.state.ledger import open_ledger
 
 NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))
 GOOD = {"schema": "nodewarden.health/v1", "verdict": "DRAIN", "gpus": {},
@@ -93,7 +94,9 @@ def test_a_drain_naming_long_gpu_identities_still_leaves_one_json_line(tmp_path:
     gpus = [{"index": i, "uuid": "GPU-" + "a" * 150, "pci_bus_id": "b" * 200, "serial": "c" * 200,
              "source": "bmc"} for i in range(8)]
     assert record(tmp_path / "state", {"at": 1.0, "action": "drain", "why": "w", "gpus": gpus}) is None
-    line = (tmp_path / "state" / "scheduler" / "decisions.jsonl").read_text().splitlines()[-1]
+    with open_ledger(tmp_path / "state", readonly=True) as ledger:
+        [kept] = ledger.window(0.0, kinds=("drain",))
+    line = kept.detail
     assert len(line) <= MAX_LINE
     entry = json.loads(line)  # whole, never cut mid-way
     assert entry["action"] == "drain" and entry["gpus"][7] == {"index": 7, "uuid": "GPU-" + "a" * 150}

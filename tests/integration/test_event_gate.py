@@ -24,6 +24,7 @@ from agent.apps.scheduler.trigger import follow, stamp
 from agent.engine.audit import AuditRequest, run_audit
 from agent.policy.config import Config
 from agent.report.model import Report
+from tests.decisions import decisions
 from tests.peers.slurm import EXTRA_NODES, SlurmCluster, slurm_cluster  # noqa: F401
 
 NODEWARDEN = str(Path(sys.executable).with_name("nodewarden"))
@@ -58,8 +59,7 @@ def event_gate(cluster: SlurmCluster, tmp_path: Path, *args: str, event: bool = 
 
 
 def trail(tmp_path: Path) -> list[dict[str, object]]:
-    path = tmp_path / "state" / "scheduler" / "decisions.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return decisions(tmp_path / "state")
 
 
 def test_the_daemon_signals_a_verdict_change_only(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import pytest
 from agent.apps.scheduler.answer import Answer
 from agent.apps.scheduler.settings import HealthSettings
 from agent.apps.scheduler.slurm import Decision, act
+from tests.decisions import decisions
 from tests.peers.slurm import BURST_NODES, EXTRA_NODES, LONER, TOOLS, SlurmCluster, slurm_cluster  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,8 +55,7 @@ def health_check(cluster: SlurmCluster, config: Path, *args: str) -> subprocess.
 
 
 def trail(tmp_path: Path) -> list[dict[str, object]]:
-    path = tmp_path / "state" / "scheduler" / "decisions.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return decisions(tmp_path / "state")
 
 
 def test_lost_gpu_drains_and_healthy_resumes_after_hysteresis(cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -75,9 +75,10 @@ def test_lost_gpu_drains_and_healthy_resumes_after_hysteresis(cluster: SlurmClus
     assert cluster.state()[1] == "", cluster.state()
     assert cluster.state()[0] in ("idle", "mixed")
     assert [e["action"] for e in trail(tmp_path)] == ["drain", "none", "resume"]
-    # the ledger keeps the acts (history.node's node_churn counts them), not the checks that changed nothing
+    # the ledger keeps the acts as drain and resume (history.node's node_churn counts them), the rest as decision
     shown = subprocess.run([NODEWARDEN, "ledger", "show", "--state-dir", str(tmp_path / "state"), "--since", "1d",
-                            "--format", "json"], capture_output=True, text=True, timeout=60, check=True)
+                            "--kind", "drain", "--kind", "resume", "--format", "json"],
+                           capture_output=True, text=True, timeout=60, check=True)
     acts = json.loads(shown.stdout)["incidents"]
     assert [(i["kind"], i["source"], i["subject"]) for i in acts] == [
         ("drain", "health-check", cluster.node), ("resume", "health-check", cluster.node)]
@@ -170,7 +171,7 @@ def test_dry_run_prints_the_command_and_changes_nothing(cluster: SlurmCluster, t
     assert f"would run: {TOOLS['scontrol']} update NodeName={cluster.node} State=DRAIN 'Reason=nodewarden: " \
            "gpu.lost gpu7" in done.stdout, done.stdout + done.stderr
     assert cluster.state() == ("idle", "")
-    assert not (tmp_path / "state" / "scheduler" / "decisions.jsonl").exists()
+    assert not (tmp_path / "state" / "ledger.db").exists() and trail(tmp_path) == []
 
 
 def test_slurmd_runs_it_as_health_check_program(cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -185,8 +186,7 @@ def test_slurmd_runs_it_as_health_check_program(cluster: SlurmCluster, tmp_path:
             time.sleep(0.2)
         log = (tmp_path / "hc.log").read_text() if (tmp_path / "hc.log").exists() else "(never ran)"
         assert cluster.state()[1].startswith("nodewarden: gpu.lost gpu7"), log
-        written = tmp_path / "state" / "scheduler" / "decisions.jsonl"
-        while time.monotonic() < deadline and not written.exists():  # the trail follows the scontrol call
+        while time.monotonic() < deadline and not trail(tmp_path):  # the ledger follows the scontrol call
             time.sleep(0.1)
         assert trail(tmp_path)[0]["node"] == cluster.node  # from SLURMD_NODENAME
     finally:

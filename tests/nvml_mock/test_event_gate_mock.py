@@ -45,6 +45,6 @@ def test_a_gpu_off_the_bus_is_drained_by_the_event_gate_and_nothing_else_moves(
                 node.periodic()
             assert "DRAIN" not in node.slurm_flags(), node.trail()[-1]
             assert [e["action"] for e in node.trail() if e["trigger"] == "periodic"][-2:] == ["none", "resume"]
-            node.trail_file().unlink()
+            node.forget_trail()
         assert "DRAIN" not in ok.slurm_flags()
         assert ok.trail() and all(e["action"] == "none" for e in ok.trail()), ok.trail()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.daemon_peer import running_daemon
+from tests.decisions import decisions
 from tests.nvml_mock.conftest import mock_config, mock_env, write_config
 from tests.peers.slurm import TOOLS, SlurmCluster
 
@@ -45,6 +46,7 @@ class GatedNode:
     overrides: Path
     cluster: SlurmCluster
     follower: subprocess.Popen[bytes] | None
+    seen: int = 0  # decisions before this many are an earlier injection's (`forget_trail`)
 
     @property
     def state_dir(self) -> Path:
@@ -75,12 +77,12 @@ class GatedNode:
                                str(self.state_dir)], env={"PWD": "/", "SLURM_CONF": str(self.cluster.conf)},
                               cwd="/", capture_output=True, text=True, timeout=60, check=False)
 
-    def trail_file(self) -> Path:
-        return self.state_dir / "scheduler" / "decisions.jsonl"
-
     def trail(self) -> list[dict[str, object]]:
-        path = self.trail_file()
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        """health-check's decisions since the last `forget_trail`, from the node's ledger."""
+        return decisions(self.state_dir)[self.seen:]
+
+    def forget_trail(self) -> None:
+        self.seen += len(self.trail())
 
 
 def wait_until(ready: Callable[[], bool], timeout_s: float, what: str, every_s: float = 0.02) -> float:

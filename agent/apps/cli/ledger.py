@@ -21,9 +21,9 @@ import click
 
 from agent.apps.cli.options import FILE_PATH, PATH, load_cli_config
 from agent.apps.cli.support import say
+from agent.core.history import KINDS
 
-_KIND_CHOICES = ("xid", "sxid", "ecc", "remap", "pcie", "nvlink", "bmc_event", "psu", "kernel_event", "fault",
-                 "remediation", "drain", "resume", "accept", "rule", "clear")
+_KIND_CHOICES = KINDS
 
 
 def _since(text: str) -> float:
@@ -80,6 +80,18 @@ def _gpu_text(incident: Any) -> str:
     return f"{'?' if gpu.index is None else gpu.index} {gpu.serial or gpu.uuid or ''}".rstrip()
 
 
+def _readable(detail: str) -> str:
+    """A health-check decision's detail is its whole JSON line (export has it): a person reads its `why`."""
+    if detail.startswith("{"):
+        try:
+            doc = json.loads(detail)
+        except ValueError:
+            return detail
+        if isinstance(doc, dict) and isinstance(doc.get("why"), str):
+            return str(doc["why"])
+    return detail
+
+
 def render_table(incidents: list[Any], width: int | None = None) -> str:
     """Oldest first, one line each; the detail is cut to the terminal (the JSON has it whole)."""
     width = width or shutil.get_terminal_size((120, 24)).columns
@@ -87,7 +99,7 @@ def render_table(incidents: list[Any], width: int | None = None) -> str:
         return "no incidents in this window\n"
     header = ("time (UTC)", "boot", "kind", "code", "GPU", "subject", "severity", "detail")
     rows = [header] + [(_when(i.ts), (i.boot_id or "-")[:8], i.kind, i.code or "-", _gpu_text(i),
-                        i.subject or "-", i.severity or "-", " ".join(i.detail.split())) for i in incidents]
+                        i.subject or "-", i.severity or "-", " ".join(_readable(i.detail).split())) for i in incidents]
     widths = [min(32, max(len(r[n]) for r in rows)) for n in range(len(header) - 1)]
     lines = []
     for row in rows:

@@ -121,15 +121,9 @@ def run_health_check(request: HealthRequest) -> Outcome:
              "trigger": "event" if request.event else "periodic",
              "how": answer.how, "why": decision.why, **({"argv": decision.argv} if decision.argv else {}),
              **({"gpus": answer.drained_gpus()} if answer.drained_gpus() and decision.action == "drain" else {})}
-    record(settings.state_dir, entry)
-    if decision.action in ("drain", "resume"):  # into the node's ledger: history.node counts them (node_churn)
-        from agent.engine.history import action_incident, record_action
-
-        unwritten = record_action(settings.state_dir, action_incident(
-            decision.action, "health-check", str(answer.verdict or ""), request.node, decision.why, now=now,
-            severity="warning" if decision.action == "drain" else "info"))
-        if unwritten:
-            lines.append(f"warning: the ledger did not record the {decision.action}: {unwritten}")
+    unwritten = record(settings.state_dir, entry)  # the ledger: history.node counts the drains (node_churn)
+    if unwritten:
+        lines.append(f"warning: the ledger did not keep this decision: {unwritten}")
     try:
         write_decision(settings.state_dir, {"at": now, "node": request.node, "verdict": answer.verdict,
                                             "action": decision.action if decision.action in

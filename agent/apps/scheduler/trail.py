@@ -1,8 +1,11 @@
-"""Every health-check decision, kept: a bounded JSON-lines log (STATE_DIR/scheduler/decisions.jsonl)
-and the logger; and the per-node hysteresis memory (`scheduler/slurm-NODE.json`).
+"""Every health-check decision, kept: in the node's ledger (agent.state.ledger, issue 33: it replaced
+the decisions.jsonl this module rewrote whole, up to 1 MiB, at every run) and the logger; and the
+per-node hysteresis memory (`scheduler/slurm-NODE.json`).
 
-The log is rewritten whole through agent.io.fsutil (atomic; the newest MAX_LINES lines kept), never
-appended in place: a crash never leaves half a line, and it cannot grow past MAX_BYTES.
+Each decision is one incident: kind `drain` or `resume` for those acts (the history rules count them),
+`decision` for the others (none, unknown, failed, breaker); its detail is the decision's JSON line of at
+most MAX_LINE characters (the GPUs a drain names shrink first). `nodewarden ledger export --kind decision
+--kind drain --kind resume` gives them back.
 """
 
 from __future__ import annotations
@@ -16,14 +19,11 @@ from typing import Any
 from agent.apps.scheduler.state import MAX_SMALL_BYTES
 from agent.core.errors import NodewardenError
 from agent.io.fsutil import replace_file
-from agent.io.jsonfile import JsonInputError, load_json_file, read_bounded
+from agent.io.jsonfile import JsonInputError, load_json_file
 from agent.state.layout import scheduler_folder
 
 log = logging.getLogger("nodewarden.scheduler")
 
-TRAIL_FILE = "decisions.jsonl"
-MAX_LINES = 2000
-MAX_BYTES = 1 << 20
 MAX_LINE = 2048
 
 
@@ -43,28 +43,26 @@ def _line(entry: dict[str, Any]) -> str:
 
 
 def record(state_dir: Path, entry: dict[str, Any]) -> str | None:
-    """Log `entry` and append it to the trail; the error text when the trail could not be written."""
+    """Log `entry` and keep it in the node's ledger (kind drain or resume for those acts, which
+    history.node counts, else decision; the detail is the whole JSON line); the error text when the
+    ledger could not be written (the decision stands: it is logged and Slurm holds it)."""
+    from agent.engine.history import action_incident, record_action
+
     line = _line(entry)
-    level = logging.CRITICAL if entry.get("action") == "breaker" else (
-        logging.WARNING if entry.get("action") in ("drain", "unknown", "failed") else logging.INFO)
-    log.log(level, "health-check %s: %s", entry.get("action"), entry.get("why", ""),
+    action = str(entry.get("action") or "")
+    level = logging.CRITICAL if action == "breaker" else (
+        logging.WARNING if action in ("drain", "unknown", "failed") else logging.INFO)
+    log.log(level, "health-check %s: %s", action, entry.get("why", ""),
             extra={"fields": {"event": "health_check", **entry}})
-    try:
-        path = scheduler_folder(state_dir, create=True) / TRAIL_FILE
-        try:
-            old = read_bounded(path, MAX_BYTES).decode("ascii", "replace").splitlines()
-        except FileNotFoundError:
-            old = []
-        kept = [x for x in old if x.startswith("{") and x.endswith("}")][-(MAX_LINES - 1):]
-        text = "\n".join([*kept, line]) + "\n"
-        while len(text) > MAX_BYTES and kept:  # long lines: drop the oldest until it fits
-            kept = kept[len(kept) // 4 + 1:]
-            text = "\n".join([*kept, line]) + "\n"
-        replace_file(path, text, 0o600)
-    except (OSError, NodewardenError) as exc:
-        log.error("could not write the health-check trail: %s", exc)
-        return str(exc)
-    return None
+    at = entry.get("at")
+    severity = {logging.CRITICAL: "critical", logging.WARNING: "warning"}.get(level, "info")
+    incident = action_incident(action if action in ("drain", "resume") else "decision", "health-check",
+                               action or "none", str(entry.get("node") or ""), line, severity=severity,
+                               now=float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None)
+    unwritten = record_action(state_dir, incident)
+    if unwritten:
+        log.error("could not keep the health-check decision in the ledger: %s", unwritten)
+    return unwritten
 
 
 Cause = tuple[str, str]  # (check, subject) of a finding that made the verdict bad

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from agent.core.counters import COUNTERS, MAX_VALUE, Sample
 from agent.core.errors import EXIT_CANNOT_RUN, NodewardenError
-from agent.core.history import KINDS, MAX_TEXT, GpuRef, Incident, cut
+from agent.core.history import KINDS, MAX_DETAIL, MAX_TEXT, GpuRef, Incident, cut
 from agent.io.fsutil import create_private_file
 from agent.state.layout import LEDGER_FILE
 
@@ -312,6 +312,9 @@ class Ledger:
                 removed += gone
                 if not gone:
                     break
+            with _transaction(self._conn):
+                self._conn.execute("INSERT INTO meta (key, value) VALUES ('pruned', ?) ON CONFLICT (key) DO UPDATE "
+                                   "SET value = excluded.value", (str(time.time() if now is None else now),))
             # each step of the pragma frees one page, and execute() steps once: executescript runs it
             # to the end; the checkpoint then lets the main file shrink
             self._conn.executescript("PRAGMA incremental_vacuum")
@@ -355,6 +358,15 @@ class Ledger:
     def count(self) -> int:
         with self._lock, _locked(self):
             return int(self._conn.execute("SELECT COUNT(*) FROM incidents").fetchone()[0])
+
+    def last_pruned(self) -> float:
+        """When retention last ran on this file (0: never); a value that is no time is never."""
+        with self._lock, _locked(self):
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'pruned'").fetchone()
+        try:
+            return float(row[0]) if row and isinstance(row[0], str) and len(row[0]) < 32 else 0.0
+        except ValueError:
+            return 0.0
 
     def backup(self, out: Path) -> None:
         """A consistent copy (SQLite's online backup: a writer may go on) into `out`, a new owner-only file."""
@@ -415,7 +427,8 @@ def _locked(ledger: Ledger) -> Iterator[None]:
 
 def _row(incident: Incident, recorded: float) -> tuple[tuple[object, ...], Incident]:
     g = incident.gpu
-    clean = incident._replace(subject=cut(incident.subject), detail=cut(incident.detail), code=cut(incident.code),
+    clean = incident._replace(subject=cut(incident.subject), detail=cut(incident.detail, MAX_DETAIL),
+                              code=cut(incident.code),
                               subcode=cut(incident.subcode), gpu=GpuRef(g.index, cut(g.uuid), cut(g.serial)))
     return ((float(clean.ts), recorded, cut(clean.boot_id), cut(clean.source), clean.kind, clean.code,
              clean.subcode, g.index, clean.gpu.uuid, clean.gpu.serial, clean.subject, cut(clean.severity),
@@ -433,7 +446,7 @@ def _incident(row: tuple[object, ...]) -> Incident | None:
     return Incident(ts=float(ts), kind=str(kind), source=cut(str(source)), code=cut(str(code)),
                     subcode=cut(str(subcode)), gpu=GpuRef(index, cut(str(uuid)), cut(str(serial))),
                     subject=cut(str(subject)), severity=cut(str(severity)), boot_id=cut(str(boot_id)),
-                    detail=cut(str(detail)), digest=str(digest)[:64])
+                    detail=cut(str(detail), MAX_DETAIL), digest=str(digest)[:64])
 
 
 def ledger_path(folder: Path) -> Path:

@@ -121,3 +121,23 @@ def test_a_snapshot_ledger_is_read_in_place(state: Path, tmp_path: Path) -> None
     (snap / "ledger.db").write_bytes(b"SQLite format 3\x00" + b"\x00" * 4000)
     code, _, err = _run("ledger", "show", "--snapshot", str(snap))
     assert code == 3 and "ledger" in err
+
+
+def test_health_check_decisions_are_kept_whole_and_shown_by_their_why(tmp_path: Path) -> None:
+    from agent.apps.scheduler.trail import record
+
+    folder = tmp_path / "hc"
+    folder.mkdir(mode=0o700)
+    for n, (action, why) in enumerate([("none", "healthy 1 of 2 since our drain"), ("drain", "gpu.lost gpu7"),
+                                       ("breaker", "9 of 10 nodes drained: held back")]):
+        assert record(folder, {"at": NOW - 60 + n, "node": "gpu17", "action": action, "why": why,
+                               "argv": ["scontrol", "update"]}) is None
+    code, out, _ = _run("ledger", "export", "--state-dir", str(folder))
+    kept = [json.loads(line) for line in out.splitlines()]
+    assert [(k["kind"], k["code"], k["severity"]) for k in kept] == [
+        ("decision", "none", "info"), ("drain", "drain", "warning"), ("decision", "breaker", "critical")]
+    assert json.loads(kept[1]["detail"]) == {"at": NOW - 59, "node": "gpu17", "action": "drain",
+                                             "why": "gpu.lost gpu7", "argv": ["scontrol", "update"]}
+    code, out, _ = _run("ledger", "show", "--state-dir", str(folder), "--format", "table")
+    assert "healthy 1 of 2 since our drain" in out and '{"at"' not in out
+    assert not (folder / "scheduler" / "decisions.jsonl").exists()  # the ledger replaced it

@@ -29,6 +29,7 @@ from agent.policy.config import Config
 from agent.report.gpu_identity import gpu_identities
 from agent.report.model import Report
 from tests.conftest import RunCli
+from tests.decisions import decisions
 from tests.peers.slurm import SlurmCluster, slurm_cluster  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[3]
@@ -203,8 +204,7 @@ def test_the_trail_of_a_drain_names_the_gpus(cluster: SlurmCluster, tmp_path: Pa
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert cluster.state()[1].startswith("nodewarden: gpu.lost gpu7")  # the reason stays short
-    trail = (tmp_path / "state" / "scheduler" / "decisions.jsonl").read_text().splitlines()
-    entry = json.loads(trail[-1])
+    entry = decisions(tmp_path / "state")[-1]
     report = audit_json(run_cli, "--simulate", "hgx-h100-drifted")
     drains = [g for a in report["actions"] if a["drains"] for g in a["gpus"]]
     assert entry["action"] == "drain" and entry["gpus"] == drains
