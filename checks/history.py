@@ -105,11 +105,19 @@ _SEVERITY = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Sev
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
-def _fail(check: Check, subject: str, firings: list[Firing], label: str | None = None) -> Finding:
+BY_SLOT = (" (counted by slot: an imported log of several boots cannot tell whether the board in it changed, "
+           "so at most a warning; compare the GPU's serial with the node's repair history)")
+
+
+def _fail(check: Check, subject: str, firings: list[Firing], label: str | None = None, *,
+          by_slot: bool = False) -> Finding:
     worst = max(firings, key=lambda f: _RANK[_SEVERITY[f.rule.severity]])
     severity = _SEVERITY[worst.rule.severity]
+    if by_slot and severity is Severity.CRITICAL:
+        severity = Severity.WARNING  # the same slot is not proof of the same board: never a critical
     return check.finding(subject, Status.FAIL if severity is not Severity.INFO else Status.WARN, severity,
-                         "; ".join(_text(f) for f in firings), observed=[_observed(f) for f in firings],
+                         "; ".join(_text(f) for f in firings) + (BY_SLOT if by_slot else ""),
+                         observed=[_observed(f) for f in firings],
                          expected=", ".join(f"{f.rule.name} < {f.rule.limit} in {f.rule.window}" for f in firings),
                          reason=worst.rule.reason, action=worst.rule.action, label=label)
 
@@ -132,9 +140,12 @@ def evaluate_gpus(facts: NodeFacts, profile: Profile) -> list[Finding]:
                      gpu.serial if isinstance(gpu.serial, str) else "")
         keys = {k for k in (ref.serial, ref.uuid) if k}
         mine = [f for f in firings if f.key in keys]
+        slot = [f for f in firings if f.key == f"index:{gpu.index}"]  # a log's history (engine.history.LogHistory)
         subject = f"gpu{gpu.index}"
         if mine:
             findings.append(_fail(GPU, subject, mine))
+        elif slot:
+            findings.append(_fail(GPU, subject, slot, by_slot=True))
         else:
             findings.append(GPU.finding(subject, Status.PASS, Severity.INFO,
                                         f"no history rule met ({len(rules)} rules)"))

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from agent.core.facts_nvml import GpuFacts
+from agent.core.windows import window_seconds
 
 
 def _nvlink(name: str) -> Callable[[GpuFacts], object]:
@@ -105,8 +106,6 @@ class CounterRule(NamedTuple):
 
 def parse_counter_rules(section: Mapping[str, Any]) -> list[CounterRule]:
     """The profile's `expect.counters` (schema-checked already; null entries are removed rules)."""
-    from agent.core.history_rules import window_seconds
-
     rules = []
     for name, body in sorted(section.items()):
         if not isinstance(body, Mapping):

@@ -220,6 +220,7 @@ class KmsgRecord(NamedTuple):
     seq: int | None = None
     ts_usec: int | None = None  # monotonic time since boot (/dev/kmsg, plain dmesg)
     wall: str | None = None  # wall-clock stamp as printed (dmesg -T/--time-format=iso, journalctl); see kmsg.wall_time
+    boot: str | None = None  # the boot it belongs to, where the log says (journalctl's "-- Boot ID --" lines)
 
 
 class KernelEvent(NamedTuple):

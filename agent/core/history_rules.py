@@ -13,28 +13,14 @@ Pure: incidents in, firings out. Standard library only.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from agent.core.history import KINDS, Incident
+from agent.core.windows import window_seconds
 
-_WINDOW_RE = re.compile(r"^([1-9][0-9]{0,5})(s|m|h|d|w)$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-MAX_WINDOW_S = 366 * 86400
 SCOPES = ("gpu", "node")
 RULE_NAME = r"^[a-z][a-z0-9_]{0,63}$"
-
-
-def window_seconds(text: str) -> float:
-    """'24h' -> 86400.0; raises ValueError for anything else (profiles are validated first)."""
-    match = _WINDOW_RE.match(text.strip()) if isinstance(text, str) else None
-    if not match:
-        raise ValueError(f"window {text!r} is not N followed by s, m, h, d or w")
-    seconds = int(match.group(1)) * _UNIT_S[match.group(2)]
-    if seconds > MAX_WINDOW_S:
-        raise ValueError(f"window {text!r} is longer than a year")
-    return float(seconds)
 
 
 class Rule(NamedTuple):

@@ -219,6 +219,10 @@ def run_audit(request: AuditRequest, store: ProfileStore | None = None) -> Repor
 
     baseline = load_node_baseline(node, config)
     history = _node_history(node, config)
+    if history is None and node.snapshot is not None and isinstance(kmsg, tuple) and any(r.boot for r in kmsg):
+        from agent.engine.history import LogHistory  # a log of several boots, no ledger: history from the log
+
+        history = LogHistory.of(kmsg)
     try:
         report = evaluate(request, store, node, host, nvml, kmsg, bmc, sources, started, time.monotonic() - t0,
                           baseline=baseline, history=history)

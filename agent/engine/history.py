@@ -13,6 +13,7 @@ One `HistorySession` per writer (the daemon keeps one open; a one-shot command o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import time
@@ -20,12 +21,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from agent.core.counters import CounterRule, samples_of
-from agent.core.facts import NodeFacts
+from agent.core.facts import KmsgRecord, NodeFacts
 from agent.core.facts_nvml import NvmlFacts
 from agent.core.history import GpuRef, History, Incident, digest
 from agent.core.history_rules import Rule
 from agent.core.model import Finding, Severity, SourceStatus, Status
 from agent.sources.incidents import gpu_refs, incidents_from_facts
+from agent.sources.kernel_log import parse_kernel_log
 from agent.state.ledger import DEFAULT_MAX_AGE_S, Ledger, LedgerError, open_ledger
 from agent.state.ledger.store import MAX_ROWS_READ
 
@@ -250,3 +252,53 @@ def copy_ledger(state_dir: Path, out: Path) -> str:
     finally:
         ledger.close()
     return ""
+
+
+class LogHistory(HistorySession):
+    """History from a kernel log that spans boots (an imported `journalctl -k` with its boot separators),
+    for a capture that carries no ledger: each boot's records become its incidents, in memory.
+
+    Which board had an earlier boot's Xid the log cannot say (NVML's serial is today's board), so every
+    GPU is keyed by its slot (its NVML index); checks/history.py caps what a slot-keyed rule finds at a
+    warning that says so. Nothing is written anywhere."""
+
+    def __init__(self, records: Sequence[KmsgRecord]) -> None:
+        super().__init__(None, source="kmsg", writable=False, error="")
+        self.records = tuple(records)
+        self.boots = sorted({r.boot for r in self.records if r.boot}, key=self._first_seen)
+
+    def _first_seen(self, boot: str) -> int:
+        return next(i for i, r in enumerate(self.records) if r.boot == boot)
+
+    @classmethod
+    def of(cls, kmsg: object) -> LogHistory | None:
+        """A history for a log of two boots or more; None otherwise (one boot is no history)."""
+        if not isinstance(kmsg, tuple) or not kmsg:
+            return None
+        log_history = cls(kmsg)
+        return log_history if len(log_history.boots) >= 2 else None
+
+    def status(self, duration_s: float = 0.0) -> SourceStatus:
+        return SourceStatus("ledger", ok=True, duration_s=duration_s,
+                            detail={"note": f"no ledger in the snapshot: history from its kernel log's "
+                                            f"{len(self.boots)} boots, GPUs by slot"})
+
+    def observe(self, facts: NodeFacts, rules: Sequence[Rule], counter_rules: Sequence[CounterRule] = (), *,
+                now: float | None = None) -> NodeFacts:
+        started = time.monotonic()
+        now = time.time() if now is None else now
+        until = facts.observed_at.timestamp() if facts.observed_at is not None else now
+        incidents: list[Incident] = []
+        for boot in self.boots:
+            mine = tuple(r for r in self.records if r.boot == boot)
+            segment = parse_kernel_log(dataclasses.replace(facts, kmsg=mine))
+            incidents += incidents_from_facts(segment, boot_id=boot, source="kmsg", now=until, by_slot=True)
+        span = max((r.window_s for r in rules), default=0.0)
+        facts.history = History(tuple(sorted((i for i in incidents if until - span <= i.ts <= until + 60),
+                                             key=lambda i: i.ts)), until - span, until, self.boots[-1],
+                                self.status().detail["note"], (), tuple(r.name for r in rules))
+        facts.sources["ledger"] = self.status(time.monotonic() - started)
+        return facts
+
+    def remember(self, findings: Sequence[Finding], facts: NodeFacts, *, now: float | None = None) -> None:
+        return None  # a capture's log is read, never written

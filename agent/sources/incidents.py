@@ -68,10 +68,16 @@ def _record_time(clock: _Clock, record: KmsgRecord) -> tuple[float, str]:
     return clock.at(record.ts_usec, record.wall)
 
 
-def incidents_from_facts(facts: NodeFacts, *, boot_id: str, source: str, now: float | None = None) -> list[Incident]:
-    """The incidents the facts show (empty where the log was not read: no evidence, no incident)."""
+def incidents_from_facts(facts: NodeFacts, *, boot_id: str, source: str, now: float | None = None,
+                         by_slot: bool = False) -> list[Incident]:
+    """The incidents the facts show (empty where the log was not read: no evidence, no incident).
+
+    `by_slot`: a GPU is keyed by its NVML index alone (an earlier boot's record in an imported log: the
+    board then may not be today's, whose serial NVML gives)."""
     clock = _Clock(facts, time.time() if now is None else now)
     gpus = gpu_refs(facts)
+    if by_slot:
+        gpus = {pci: GpuRef(ref.index) for pci, ref in gpus.items()}
     out: list[Incident] = []
     uptime = facts.host.uptime_s
     booted = boot_time(facts.observed_at, uptime if isinstance(uptime, float | int) else None)

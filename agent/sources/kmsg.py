@@ -301,6 +301,9 @@ def predates_boot(stamp: str | None, boot: dt.datetime | None, reference: dt.dat
 
 
 BOOT_BANNER_RE = lazy_compile(r"^Linux version \d+\.\d+")  # init/version.c: the first line of every boot
+# journalctl's boot separator (`journalctl -k -b -N..`, and what `snapshot import` writes for `-o json`
+# records' _BOOT_ID): the records after it are that boot's.
+JOURNAL_BOOT_RE = lazy_compile(r"^-- Boot ([0-9a-f]{32}) --$")
 
 
 def boot_start(records: Sequence[KmsgRecord]) -> int:
@@ -334,8 +337,12 @@ def parse_kmsg_text(lines: Iterable[str]) -> tuple[KmsgRecord, ...]:
     records: list[KmsgRecord] = []
     clock: dt.datetime | None = None  # dmesg -H: the time of the previous record (the year is a placeholder)
     pstore = False  # under a "Panic#1 Part1" header: an earlier boot's records
+    boot: str | None = None  # after a journal boot separator: the boot the records are of
     for raw in text:
         line = raw.rstrip("\n")
+        if (separator := JOURNAL_BOOT_RE().match(line)) is not None:
+            boot = separator.group(1)
+            continue
         record = parse_kmsg_line(line, journal)
         if record is None:
             pstore = pstore or _PSTORE_HEADER_RE().match(line) is not None
@@ -353,7 +360,7 @@ def parse_kmsg_text(lines: Iterable[str]) -> tuple[KmsgRecord, ...]:
                 record = record._replace(wall=f"{clock:%b} {clock.day:2d} {clock:%H:%M:%S.%f}")
         elif _RELTIME_RE().match(line):
             clock = _reltime_clock(record.wall)
-        records.append(record)
+        records.append(record if boot is None else record._replace(boot=boot))
         if len(records) >= MAX_RECORDS:
             break
     return tuple(records)

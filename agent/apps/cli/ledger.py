@@ -27,7 +27,7 @@ _KIND_CHOICES = KINDS
 
 
 def _since(text: str) -> float:
-    from agent.core.history_rules import window_seconds
+    from agent.core.windows import window_seconds
 
     if text == "all":
         return 0.0

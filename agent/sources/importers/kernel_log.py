@@ -29,9 +29,10 @@ import json
 import re
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from agent.sources.importers.base import MAX_KMSG_LINES, Builder, Contribution, InputError, decode_text, text_lines
-from agent.sources.kmsg import NOT_RECORDS, USER_RECORDS, is_journal, line_grammar
+from agent.sources.kmsg import JOURNAL_BOOT_RE, NOT_RECORDS, USER_RECORDS, is_journal, line_grammar
 
 MAX_BYTES = 512 << 20
 HEAD_LINES = 200  # the file's kind is what most of its first lines are
@@ -112,11 +113,22 @@ class KernelLogImporter:
         mode: str | None = None
         journal = decided = False
 
+        boot: list[str | None] = [None]  # the boot of the last record kept (journal separators)
+
         def take(line: str) -> None:
             nonlocal records, appended, dropped, recognised
             record: str | None = line
+            if JOURNAL_BOOT_RE().match(line):  # journalctl's own separator: the records after it are that boot's
+                kept.append(line)
+                boot[0] = line[8:-3]
+                appended += 1
+                return
             if _is_journal_json(line):
-                record = _from_json(line)
+                record, of_boot = _from_json(line)
+                if record is not None and of_boot is not None and of_boot != boot[0]:
+                    kept.append(f"-- Boot {of_boot} --")  # what journalctl prints between boots
+                    boot[0] = of_boot
+                    appended += 1
             elif mode == "bare":
                 record = None if _JOURNAL_NOTE.match(line) else line
             else:
@@ -180,14 +192,23 @@ class KernelLogImporter:
         return result
 
 
-def _from_json(line: str) -> str | None:
-    """One `journalctl -o json` record as an ISO-stamped kernel log line; None if it is not a kernel record."""
+_BOOT_ID_RE = re.compile(r"[0-9a-f]{32}")
+
+
+def _from_json(line: str) -> tuple[str | None, str | None]:
+    """One `journalctl -o json` record as an ISO-stamped kernel log line (None if it is not a kernel
+    record) and its `_BOOT_ID` (None when absent or not 32 hex digits)."""
     try:
         record = json.loads(line)
     except (ValueError, RecursionError):
-        return None
+        return None, None
     if not isinstance(record, dict):
-        return None
+        return None, None
+    boot = record.get("_BOOT_ID")
+    return _json_line(record), boot if isinstance(boot, str) and _BOOT_ID_RE.fullmatch(boot) else None
+
+
+def _json_line(record: dict[str, Any]) -> str | None:
     message = record.get("MESSAGE")
     if isinstance(message, list) and all(isinstance(b, int) and 0 <= b < 256 for b in message):
         message = bytes(message).decode("utf-8", "replace")  # journald's form for non-UTF-8 messages

@@ -133,11 +133,12 @@ def test_health_check_decisions_are_kept_whole_and_shown_by_their_why(tmp_path: 
         assert record(folder, {"at": NOW - 60 + n, "node": "gpu17", "action": action, "why": why,
                                "argv": ["scontrol", "update"]}) is None
     code, out, _ = _run("ledger", "export", "--state-dir", str(folder))
+    assert code == 0
     kept = [json.loads(line) for line in out.splitlines()]
     assert [(k["kind"], k["code"], k["severity"]) for k in kept] == [
         ("decision", "none", "info"), ("drain", "drain", "warning"), ("decision", "breaker", "critical")]
     assert json.loads(kept[1]["detail"]) == {"at": NOW - 59, "node": "gpu17", "action": "drain",
                                              "why": "gpu.lost gpu7", "argv": ["scontrol", "update"]}
     code, out, _ = _run("ledger", "show", "--state-dir", str(folder), "--format", "table")
-    assert "healthy 1 of 2 since our drain" in out and '{"at"' not in out
+    assert code == 0 and "healthy 1 of 2 since our drain" in out and '{"at"' not in out
     assert not (folder / "scheduler" / "decisions.jsonl").exists()  # the ledger replaced it

@@ -16,8 +16,9 @@ import pytest
 from agent.core.facts import NodeFacts
 from agent.core.facts_nvml import GpuFacts, NvmlFacts
 from agent.core.history import GpuRef, History, Incident, digest
-from agent.core.history_rules import evaluate_rules, parse_rules, window_seconds
+from agent.core.history_rules import evaluate_rules, parse_rules
 from agent.core.model import Finding, Severity, Status
+from agent.core.windows import window_seconds
 from agent.policy.profiles import ProfileStore
 from agent.sources.host import absent_host_facts
 from checks.history import evaluate_gpus, evaluate_node, rules_of
