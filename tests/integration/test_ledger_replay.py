@@ -27,6 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from agent.apps.cli.main import cli
+from agent.engine.history import copy_ledger
 from tests.daemon_peer import DaemonProcess, running_daemon
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,7 +156,10 @@ def test_a_board_swapped_into_the_slot_starts_clean_and_the_old_serial_stays_fin
 def test_a_snapshot_carrying_its_ledger_is_judged_with_it(replay: dict[str, Any], tmp_path: Path) -> None:
     snap = tmp_path / "capture"
     shutil.copytree(replay["last_boot"], snap, symlinks=True)
-    shutil.copy2(replay["state"] / "ledger.db", snap / "ledger.db")
+    # as `snapshot capture` copies it: SQLite's backup, whole while a daemon may still be writing (a plain
+    # copy of ledger.db alone misses what is still in its write-ahead log)
+    assert copy_ledger(replay["state"], snap / "ledger.db") == ""
+    before = (snap / "ledger.db").read_bytes()
     result = CliRunner().invoke(cli, ["audit", "--snapshot", str(snap), "--format", "json"])
     report = json.loads(result.stdout)
     found = {(f["check"], f["subject"]): f for f in report["findings"]}
@@ -163,7 +167,7 @@ def test_a_snapshot_carrying_its_ledger_is_judged_with_it(replay: dict[str, Any]
     rules = {o["rule"] for o in found[("history.gpu", "gpu0")]["observed"]}
     assert "xid_across_reboots" in rules
     assert report["sources"]["ledger"]["ok"] is True
-    assert (snap / "ledger.db").stat().st_size == (replay["state"] / "ledger.db").stat().st_size  # read, not written
+    assert (snap / "ledger.db").read_bytes() == before  # read, never written
     # without the ledger the same capture is judged as before: no history checks, no ledger source
     (snap / "ledger.db").unlink()
     bare = json.loads(CliRunner().invoke(cli, ["audit", "--snapshot", str(snap), "--format", "json"]).stdout)
