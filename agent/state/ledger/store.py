@@ -204,8 +204,10 @@ def _move_aside(path: Path) -> None:
 class Ledger:
     """An open ledger. Thread-safe (the daemon records from its evaluation thread and serves reads)."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, *, readonly: bool, note: str = "") -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, readonly: bool, note: str = "",
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.path = path
+        self.max_bytes = max_bytes  # the cap an open refuses above: a write never lets the file reach it
         self.readonly = readonly
         self.note = note  # what happened on opening: "" or why the old file was set aside
         self._conn = conn
@@ -261,7 +263,7 @@ class Ledger:
         elif version == 0:
             conn.close()
             raise LedgerError(f"the ledger {path} is empty")
-        return cls(path, conn, readonly=readonly, note=note)
+        return cls(path, conn, readonly=readonly, note=note, max_bytes=max_bytes)
 
     def close(self) -> None:
         with self._lock:
@@ -290,6 +292,10 @@ class Ledger:
                     self._conn.execute(
                         "INSERT INTO totals (kind, count, last_ts) VALUES (?, 1, ?) ON CONFLICT (kind) DO UPDATE "
                         "SET count = count + 1, last_ts = MAX(last_ts, excluded.last_ts)", (incident.kind, row[0]))
+        with self._lock, _locked(self):
+            full = self._size() > self.max_bytes * 3 // 4
+        if full:  # a storm between hourly prunes: our own file must never grow to the cap an open refuses
+            self.prune(now=recorded, max_bytes=self.max_bytes)
         return new
 
     def prune(self, *, now: float | None = None, max_age_s: float = DEFAULT_MAX_AGE_S,

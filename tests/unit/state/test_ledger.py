@@ -233,3 +233,16 @@ def test_a_capture_copies_the_ledger_consistently_while_it_is_written(folder: Pa
     empty.mkdir(mode=0o700)
     assert copy_ledger(empty, capture / "other.db") == "no ledger on this node yet"
     assert not (capture / "other.db").exists()
+
+
+def test_a_storm_between_prunes_never_grows_the_file_to_the_cap_an_open_refuses(folder: Path) -> None:
+    cap = 1 << 20
+    with Ledger.open(ledger_file(folder, create=True), max_bytes=cap) as ledger:
+        for batch in range(40):  # ~16,000 incidents of 400 characters: several times the cap
+            ledger.record([_xid(batch * 400 + i)._replace(detail="x" * 400) for i in range(400)], now=NOW)
+        kept = ledger.count()
+    assert 0 < kept < 16_000
+    path = ledger_file(folder, create=False)
+    assert os.path.getsize(path) <= cap
+    with Ledger.open(path, max_bytes=cap) as again:  # still ours: not set aside and rebuilt
+        assert again.note == "" and again.count() == kept
